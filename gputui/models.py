@@ -1,0 +1,342 @@
+"""The vocabulary every layer shares: offers, instances, leases, ledger entries, samples.
+
+Money is `Decimal`, never float. Times are timezone-aware UTC datetimes inside the program.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+CENT = Decimal("0.01")
+SECONDS_PER_MONTH = 730 * 3600  # the usual cloud convention for "per GB-month"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(value: datetime) -> datetime:
+    """Naive datetimes are taken as UTC; aware ones are converted."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def money(value: Decimal) -> Decimal:
+    """Round to the cent, half up, as invoices do."""
+    return value.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", validate_assignment=False)
+
+
+class Granularity(StrEnum):
+    SECOND = "second"
+    MINUTE = "minute"
+    HOUR = "hour"  # per started hour
+
+    @property
+    def seconds(self) -> int:
+        return {"second": 1, "minute": 60, "hour": 3600}[self.value]
+
+
+PackageKind = Literal["hourly", "daily", "weekly", "monthly", "spot"]
+
+
+class BillingRule(_Model):
+    """How an offer turns running time into money."""
+
+    price_per_hour: Decimal = Field(ge=0, description="per instance (all its GPUs), per hour")
+    currency: str = "USD"
+    granularity: Granularity = Granularity.SECOND
+    minimum_seconds: int = Field(default=0, ge=0, description="minimum billed running time")
+    storage_per_gb_month: Decimal = Field(default=Decimal("0"), ge=0)
+    package: PackageKind = "hourly"
+
+    def billed_seconds(self, seconds: float) -> int:
+        """Running seconds rounded up to the granularity, with the minimum applied."""
+        if seconds <= 0:
+            return 0
+        step = self.granularity.seconds
+        # A tiny epsilon keeps float noise (3600.0000001) from costing a whole extra hour.
+        units = math.ceil(round(seconds, 6) / step)
+        return max(units * step, self.minimum_seconds)
+
+    def compute_cost(self, seconds: float) -> Decimal:
+        """Unrounded compute charge for `seconds` of running time."""
+        billed = self.billed_seconds(seconds)
+        return self.price_per_hour * Decimal(billed) / Decimal(3600)
+
+    def storage_cost(self, disk_gb: float, seconds: float) -> Decimal:
+        if seconds <= 0 or disk_gb <= 0:
+            return Decimal("0")
+        return (
+            self.storage_per_gb_month
+            * Decimal(str(disk_gb))
+            * Decimal(str(round(seconds, 3)))
+            / Decimal(SECONDS_PER_MONTH)
+        )
+
+
+class Offer(_Model):
+    """Something rentable now at one provider."""
+
+    provider: str
+    offer_id: str
+    gpu: str  # catalog display name, e.g. "GeForce RTX 4090"
+    gpu_count: int = Field(default=1, ge=1)
+    vram_gb: float | None = None
+    price_per_gpu_hour: Decimal = Field(ge=0)
+    billing: BillingRule
+    region: str | None = None
+    available: bool = True
+    tier: str | None = None  # on-demand, spot, community, secure...
+    images: list[str] = Field(default_factory=list)
+    source: str | None = None  # where the figure comes from
+    as_of: str | None = None  # date of the figure (reference prices are not live quotes)
+
+
+class InstanceStatus(StrEnum):
+    REQUESTED = "requested"
+    BOOTING = "booting"
+    RUNNING = "running"
+    STOPPED = "stopped"  # powered off but still exists (storage may bill)
+    RELEASING = "releasing"
+    RELEASED = "released"
+    FAILED = "failed"
+
+    @property
+    def live(self) -> bool:
+        """Still exists at the provider (and so may still bill)."""
+        return self not in (InstanceStatus.RELEASED, InstanceStatus.FAILED)
+
+    @property
+    def billing_compute(self) -> bool:
+        return self in (InstanceStatus.BOOTING, InstanceStatus.RUNNING, InstanceStatus.RELEASING)
+
+
+class LinkState(StrEnum):
+    UNKNOWN = "unknown"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    FAILED = "failed"
+
+
+EndReason = Literal["timer", "idle", "budget", "manual", "external", "failed"]
+
+
+class SSHEndpoint(_Model):
+    host: str
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str = "root"
+    key_path: str | None = None  # private key file; None means agent / default keys
+    password_file: str | None = None  # a 0600 file, only if the user asked to keep one
+
+
+class Instance(_Model):
+    id: str  # our own id, stable across providers
+    name: str  # the task label the user chose
+    provider: str
+    provider_id: str | None = None  # the provider's id for it
+    offer_id: str | None = None
+    gpu: str
+    gpu_count: int = Field(default=1, ge=1)
+    billing: BillingRule
+    disk_gb: float = 0
+    image: str | None = None
+    region: str | None = None
+    status: InstanceStatus = InstanceStatus.REQUESTED
+    status_detail: str | None = None
+    ssh: SSHEndpoint | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    running_since: datetime | None = None  # start of the current running period
+    billed_running_seconds: float = 0  # running seconds from earlier (stopped) periods
+    stopped_at: datetime | None = None
+    ended_at: datetime | None = None
+    end_reason: EndReason | None = None
+    link: LinkState = LinkState.UNKNOWN
+    link_detail: str | None = None
+
+    @field_validator("created_at", "running_since", "stopped_at", "ended_at")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else as_utc(v)
+
+    def running_seconds(self, now: datetime | None = None) -> float:
+        now = as_utc(now or utcnow())
+        total = self.billed_running_seconds
+        if self.running_since is not None:
+            end = self.ended_at or (self.stopped_at if self.status == InstanceStatus.STOPPED else None)
+            total += max(0.0, ((end or now) - self.running_since).total_seconds())
+        return total
+
+    def existing_seconds(self, now: datetime | None = None) -> float:
+        now = as_utc(now or utcnow())
+        end = self.ended_at or now
+        return max(0.0, (end - self.created_at).total_seconds())
+
+    def compute_cost(self, now: datetime | None = None) -> Decimal:
+        return self.billing.compute_cost(self.running_seconds(now))
+
+    def storage_cost(self, now: datetime | None = None) -> Decimal:
+        return self.billing.storage_cost(self.disk_gb, self.existing_seconds(now))
+
+    def accrued(self, now: datetime | None = None) -> Decimal:
+        return money(self.compute_cost(now) + self.storage_cost(now))
+
+
+class LeaseState(StrEnum):
+    ACTIVE = "active"
+    FIRED = "fired"  # the release went through
+    CANCELLED = "cancelled"  # the instance ended some other way
+
+
+class Lease(_Model):
+    """The promise to release an instance: a deadline, and optionally an idle rule."""
+
+    instance_id: str
+    release_at: datetime | None = None  # None: no timer (the user confirmed it)
+    no_timer_confirmed: bool = False
+    idle_util_pct: float | None = None  # idle release: all GPUs below this...
+    idle_minutes: int | None = None  # ...for this long
+    on_instance_armed: bool = False  # layer 1: shutdown scheduled on the instance
+    provider_armed: bool = False  # layer 2: provider-side scheduled termination
+    warned: list[int] = Field(default_factory=list)  # minutes-before warnings already given
+    state: LeaseState = LeaseState.ACTIVE
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    @field_validator("release_at", "updated_at")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else as_utc(v)
+
+    def remaining(self, now: datetime | None = None) -> float | None:
+        if self.release_at is None:
+            return None
+        return (self.release_at - as_utc(now or utcnow())).total_seconds()
+
+
+class LedgerEntry(_Model):
+    instance_id: str
+    name: str
+    provider: str
+    gpu: str
+    gpu_count: int
+    started_at: datetime
+    ended_at: datetime
+    running_seconds: float
+    compute_cost: Decimal
+    storage_cost: Decimal
+    currency: str = "USD"
+    end_reason: EndReason
+
+    @field_validator("started_at", "ended_at")
+    @classmethod
+    def _utc(cls, v: datetime) -> datetime:
+        return as_utc(v)
+
+    @property
+    def total(self) -> Decimal:
+        return self.compute_cost + self.storage_cost
+
+    @classmethod
+    def from_instance(cls, inst: Instance, reason: EndReason, ended_at: datetime) -> LedgerEntry:
+        return cls(
+            instance_id=inst.id,
+            name=inst.name,
+            provider=inst.provider,
+            gpu=inst.gpu,
+            gpu_count=inst.gpu_count,
+            started_at=inst.created_at,
+            ended_at=ended_at,
+            running_seconds=inst.running_seconds(ended_at),
+            compute_cost=money(inst.compute_cost(ended_at)),
+            storage_cost=money(inst.storage_cost(ended_at)),
+            currency=inst.billing.currency,
+            end_reason=reason,
+        )
+
+
+class GpuSample(_Model):
+    """One reading of one GPU. Every source (nvidia-smi CSV/XML, NVML) produces this.
+
+    A field the GPU does not report ([N/A], [Not Supported], missing) is None.
+    """
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    timestamp: datetime | None = None
+    utilization_gpu: float | None = None  # %
+    utilization_memory: float | None = None  # %
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    temperature_c: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    fan_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    pstate: str | None = None
+    mig_mode: str | None = None
+
+    @property
+    def memory_free_mib(self) -> float | None:
+        if self.memory_used_mib is None or self.memory_total_mib is None:
+            return None
+        return max(0.0, self.memory_total_mib - self.memory_used_mib)
+
+
+class ProcessSample(_Model):
+    """A compute process on a GPU."""
+
+    pid: int
+    gpu_uuid: str | None = None
+    gpu_index: int | None = None
+    name: str | None = None  # process name / command
+    used_memory_mib: float | None = None
+    user: str | None = None
+    kind: str | None = None  # C, G, C+G where known
+
+
+class MigDevice(_Model):
+    gpu_index: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+    mig_index: int | None = None
+    profile: str | None = None  # e.g. 3g.40gb
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    uuid: str | None = None
+
+
+class GpuInventory(_Model):
+    """What `nvidia-smi -q -x` (or NVML) says once per connection."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    memory_total_mib: float | None = None
+    power_limit_w: float | None = None
+    ecc_mode: str | None = None
+    mig_mode: str | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    vbios: str | None = None
+    mig_devices: list[MigDevice] = Field(default_factory=list)
+
+
+class HostInventory(_Model):
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpus: list[GpuInventory] = Field(default_factory=list)
+    processes: list[ProcessSample] = Field(default_factory=list)
