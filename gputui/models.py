@@ -162,8 +162,6 @@ class Instance(_Model):
     stopped_at: datetime | None = None
     ended_at: datetime | None = None
     end_reason: EndReason | None = None
-    link: LinkState = LinkState.UNKNOWN
-    link_detail: str | None = None
 
     @field_validator("created_at", "running_since", "stopped_at", "ended_at")
     @classmethod

@@ -1,0 +1,164 @@
+"""The Textual App: screens (one mode each), bindings, command palette, themes, the meter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from decimal import Decimal
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from gputui.config import Config, config_dir, ensure_state_dir, set_theme, state_path
+from gputui.models import Instance, utcnow
+from gputui.store import InstanceChanged, SessionStore
+from gputui.ui.base import BaseScreen
+from gputui.ui.help import HelpScreen
+from gputui.ui.home import HomeScreen
+from gputui.ui.pending import (
+    CatalogScreen,
+    CostsScreen,
+    CreateScreen,
+    MonitorScreen,
+    OllamaScreen,
+)
+from gputui.ui.theming import DEFAULT_THEME, load_themes
+from gputui.ui.widgets import TopBar, size_note
+
+# (mode, key, label, screen, what it is for) — one key each, and a palette entry each.
+SCREENS: list[tuple[str, str, str, type[BaseScreen], str]] = [
+    ("home", "h", "Home", HomeScreen, "Instances, release countdowns and costs"),
+    ("catalog", "g", "Catalog", CatalogScreen, "Compare GPUs, check a model fits"),
+    ("create", "n", "New", CreateScreen, "Rent an instance with a release timer"),
+    ("monitor", "m", "Monitor", MonitorScreen, "Live GPU telemetry over SSH"),
+    ("ollama", "o", "Ollama", OllamaScreen, "Ollama models and GPU selection"),
+    ("costs", "c", "Costs", CostsScreen, "Running cost meter, budgets, ledger"),
+]
+
+
+class GpuTuiApp(App[int]):
+    TITLE = "gputui"
+    MODES = {mode: screen for mode, _k, _l, screen, _w in SCREENS}
+    DEFAULT_MODE = "home"
+    BINDINGS = [
+        *[Binding(key, f"goto('{mode}')", label) for mode, key, label, _s, _w in SCREENS],
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("ctrl+p", "command_palette", "Palette", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+    ENABLE_COMMAND_PALETTE = True
+
+    def __init__(
+        self,
+        *,
+        config: Config | None = None,
+        theme_name: str | None = None,
+        store: SessionStore | None = None,
+        remember_theme: bool = True,
+    ) -> None:
+        super().__init__()
+        self.config = config or Config()
+        if store is None:
+            ensure_state_dir()
+            store = SessionStore(state_path())
+        self.store = store
+        self._remember_theme = remember_theme
+        self._requested_theme = theme_name
+        self._live: list[Instance] = []
+        self.now: Callable[[], datetime] = utcnow  # tests freeze the clock here
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        loaded = load_themes([config_dir() / "themes"])
+        for theme in loaded.themes.values():
+            self.register_theme(theme)
+        for warning in loaded.warnings:
+            self.notify(warning, severity="warning", timeout=8)
+        wanted = self._requested_theme or self.config.ui.theme or DEFAULT_THEME
+        if wanted not in self.available_themes:
+            self.notify(f"unknown theme {wanted!r}; using {DEFAULT_THEME}", severity="warning")
+            wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
+        self.theme = wanted
+        if self._requested_theme and self._remember_theme:
+            self._save_theme(wanted)
+        self._reload_live()
+        self.store.subscribe(self._on_store_event)
+        self.set_interval(1.0, self._tick)
+        self.set_interval(2.0, self.store.poll_external)
+
+    def _save_theme(self, name: str) -> None:
+        self.config.ui.theme = name
+        try:
+            set_theme(name)
+        except OSError as exc:
+            self.notify(f"could not remember the theme: {exc}", severity="warning")
+
+    def _on_store_event(self, event: object) -> None:
+        if isinstance(event, InstanceChanged):
+            self._reload_live()
+
+    def _reload_live(self) -> None:
+        self._live = self.store.instances_sync(live_only=True)
+
+    # -- the meter ------------------------------------------------------------------------------
+
+    def meter(self) -> tuple[Decimal, Decimal, int]:
+        now = self.now()
+        billing = [i for i in self._live if i.status.live]
+        rate = sum((i.billing.price_per_hour for i in billing if i.status.billing_compute),
+                   Decimal(0))
+        accrued = sum((i.accrued(now) for i in billing), Decimal(0))
+        return rate, accrued, len(billing)
+
+    def refresh_meter(self, screen: Screen | None = None) -> None:
+        screen = screen or self.screen
+        try:
+            bar = screen.query_one(TopBar)
+        except Exception:  # a modal screen has no top bar
+            return
+        rate, accrued, count = self.meter()
+        bar.tick(rate, accrued, count, self.now())
+        bar.size_note = size_note(self.size.width, self.size.height)
+
+    def _tick(self) -> None:
+        self.refresh_meter()
+
+    # -- actions --------------------------------------------------------------------------------
+
+    def action_goto(self, mode: str) -> None:
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+            return
+        groups = [("Everywhere", list(self.BINDINGS))]
+        screen_bindings = [
+            b
+            for cls in type(self.screen).__mro__
+            if isinstance(cls, type) and issubclass(cls, BaseScreen)
+            for b in cls.__dict__.get("BINDINGS", [])
+            if isinstance(b, Binding)
+        ]
+        if screen_bindings:
+            groups.insert(0, (f"On this screen ({self.screen.TITLE or 'current'})", screen_bindings))
+        self.push_screen(HelpScreen(groups))
+
+    def watch_theme(self, name: str) -> None:
+        if self.is_mounted and self._remember_theme and name != self.config.ui.theme:
+            self._save_theme(name)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        for mode, key, label, _screen, what in SCREENS:
+            yield SystemCommand(f"Go to {label}", f"{what} (key {key})",
+                                lambda m=mode: self.action_goto(m))
+        yield SystemCommand("Help: keys", "Every key binding (key ?)", self.action_help)
+        for name in sorted(self.available_themes):
+            if name.startswith("gputui"):
+                yield SystemCommand(f"Theme: {name}", "Switch theme (remembered)",
+                                    lambda n=name: setattr(self, "theme", n))
+        yield from super().get_system_commands(screen)
+

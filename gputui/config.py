@@ -1,0 +1,226 @@
+"""Settings: where things live, and `config.toml` (read with tomllib, written with tomli-w).
+
+A bad config file is reported as one line — file, key, what is wrong — by `ConfigError`;
+the command line turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+APP_NAME = "gputui"
+CONFIG_NAME = "config.toml"
+STATE_NAME = "state.db"
+
+
+class ConfigError(Exception):
+    """A problem with a settings file, said in one line."""
+
+
+def _private_mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def config_dir() -> Path:
+    home = os.environ.get("GPUTUI_HOME")
+    if home:
+        return Path(home).expanduser()
+    from platformdirs import user_config_path
+
+    return user_config_path(APP_NAME)
+
+
+def state_dir() -> Path:
+    home = os.environ.get("GPUTUI_HOME")
+    if home:
+        return Path(home).expanduser()
+    from platformdirs import user_state_path
+
+    return user_state_path(APP_NAME)
+
+
+def config_path() -> Path:
+    return config_dir() / CONFIG_NAME
+
+
+def state_path() -> Path:
+    return state_dir() / STATE_NAME
+
+
+def ensure_state_dir() -> Path:
+    return _private_mkdir(state_dir())
+
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.I)
+
+
+def parse_duration(text: str) -> timedelta:
+    """`2h`, `90m`, `1h30m`, `1d`, `45s`; a bare number is minutes."""
+    raw = text.strip()
+    if not raw:
+        raise ValueError("empty duration")
+    if re.fullmatch(r"\d+(\.\d+)?", raw):
+        return timedelta(minutes=float(raw))
+    m = _DURATION.match(raw)
+    if not m or not any(m.groups()):
+        raise ValueError(f"{text!r} is not a duration (try 2h, 90m, 1h30m)")
+    d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+    return timedelta(days=d, hours=h, minutes=mi, seconds=s)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UISettings(_Section):
+    theme: str = "gputui-dark"
+    refresh_seconds: float = Field(default=1.0, ge=0.5, le=10)
+
+
+class LeaseSettings(_Section):
+    default_release: str = "2h"
+    warn_minutes: list[int] = Field(default_factory=lambda: [10, 1])
+
+    @field_validator("default_release")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+
+class BudgetSettings(_Section):
+    daily: Decimal | None = Field(default=None, ge=0)
+    monthly: Decimal | None = Field(default=None, ge=0)
+    per_instance: Decimal | None = Field(default=None, ge=0)
+    release_at_cap: bool = False
+
+
+class SandboxSettings(_Section):
+    enabled: bool = True
+
+
+class LambdaSettings(_Section):
+    enabled: bool = False
+    base_url: str | None = None
+    api_key: str | None = None  # prefer LAMBDA_API_KEY; a file holding it must be 0600
+
+
+class ProviderSettings(_Section):
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    # `lambda` is a Python keyword, so the attribute has another name.
+    lambda_cloud: LambdaSettings = Field(default_factory=LambdaSettings, alias="lambda")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class PriceOverride(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    provider: str
+    gpu: str
+    price_per_gpu_hour: Decimal = Field(ge=0)
+    currency: str = "USD"
+    granularity: Literal["second", "minute", "hour"] = "second"
+    minimum_seconds: int = Field(default=0, ge=0)
+    storage_per_gb_month: Decimal = Field(default=Decimal(0), ge=0)
+    tier: str = "user"
+    source: str = "config.toml"
+    as_of: str | None = None
+
+
+class Config(_Section):
+    ui: UISettings = Field(default_factory=UISettings)
+    lease: LeaseSettings = Field(default_factory=LeaseSettings)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    providers: ProviderSettings = Field(default_factory=ProviderSettings)
+    prices: list[PriceOverride] = Field(default_factory=list)
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        else:
+            parts.append(str(item))
+    return ".".join(parts) or "(top level)"
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read config.toml; a missing file gives the defaults."""
+    path = path or config_path()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Config()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = _where(err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{path}: key '{where}': {msg}{extra}") from None
+
+
+def _toml_ready(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _toml_ready(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_toml_ready(v) for v in value]
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a file readable by its owner only, atomically."""
+    _private_mkdir(path.parent)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def save_config(config: Config, path: Path | None = None) -> Path:
+    import tomli_w
+
+    path = path or config_path()
+    data = _toml_ready(config.model_dump(mode="python", by_alias=True))
+    write_private(path, tomli_w.dumps(data).encode())
+    return path
+
+
+def set_theme(name: str, path: Path | None = None) -> None:
+    """Remember the chosen theme; a broken config is left as it is."""
+    try:
+        cfg = load_config(path)
+    except ConfigError:
+        return
+    cfg.ui.theme = name
+    save_config(cfg, path)

@@ -1,0 +1,495 @@
+"""The one session store: the single source of truth for everything the screens show.
+
+- Durable state (instances, leases, the ledger) lives in SQLite (stdlib sqlite3, WAL, one short
+  transaction per change). A second process (`gputui reap` from cron, a headless command) can
+  work on the same file at once: read-modify-write changes run inside `BEGIN IMMEDIATE`.
+- Telemetry lives in memory only: a bounded ring buffer per GPU.
+- Every change is published as a typed event. Services write here; screens subscribe.
+  Changes made by another process are noticed through a change log table (`poll_external`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from gputui.models import (
+    GpuSample,
+    Instance,
+    Lease,
+    LedgerEntry,
+    LinkState,
+    ProcessSample,
+    utcnow,
+)
+
+SCHEMA_VERSION = 1
+SQLITE_MAGIC = b"SQLite format 3\x00"
+HISTORY = 300  # samples kept per GPU (5 min at 1 s)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class StateError(Exception):
+    """The state file cannot be used; said in one line. The file is never overwritten."""
+
+
+# --- events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstanceChanged:
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class LeaseChanged:
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class LedgerChanged:
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class TelemetryChanged:
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class LinkChanged:
+    instance_id: str
+    state: LinkState
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something a service wants the user to see (a warning, a budget alert...)."""
+
+    text: str
+    severity: str = "information"  # information | warning | error
+    bell: bool = False
+    instance_id: str | None = None
+
+
+Event = InstanceChanged | LeaseChanged | LedgerChanged | TelemetryChanged | LinkChanged | Notice
+
+_TABLE_EVENT: dict[str, type] = {
+    "instances": InstanceChanged,
+    "leases": LeaseChanged,
+    "ledger": LedgerChanged,
+}
+
+
+# --- telemetry ------------------------------------------------------------------------------
+
+
+@dataclass
+class InstanceTelemetry:
+    gpus: dict[int, deque[GpuSample]] = field(default_factory=dict)
+    processes: list[ProcessSample] = field(default_factory=list)
+    updated: float | None = None  # monotonic time of the last sample
+    skipped_lines: int = 0
+    diagnosis: str | None = None
+
+    def latest(self) -> list[GpuSample]:
+        return [buf[-1] for _, buf in sorted(self.gpus.items()) if buf]
+
+
+# --- the store -------------------------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY, data TEXT NOT NULL, live INTEGER NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    instance_id TEXT PRIMARY KEY, data TEXT NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, instance_id TEXT NOT NULL UNIQUE,
+    data TEXT NOT NULL, ended REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, key TEXT NOT NULL,
+    pid INTEGER NOT NULL);
+"""
+
+
+class SessionStore:
+    """Open with `SessionStore.open(path)` (async) or `SessionStore(path)` (sync code)."""
+
+    def __init__(self, path: Path, *, history: int = HISTORY) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._conn = self._connect()
+        self._listeners: list[Callable[[Event], None]] = []
+        self._telemetry: dict[str, InstanceTelemetry] = {}
+        self._links: dict[str, tuple[LinkState, str | None]] = {}
+        self._history = history
+        self._last_change = self._max_change()
+        import os
+
+        self._pid = os.getpid()
+
+    # -- opening ------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: Path, **kw: int) -> SessionStore:
+        return await asyncio.to_thread(cls, path, **kw)
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.path
+        if path.exists() and path.stat().st_size > 0:
+            try:
+                with path.open("rb") as fh:
+                    head = fh.read(16)
+            except OSError as exc:
+                raise StateError(f"{path}: cannot read the state file: {exc.strerror}") from None
+            if head != SQLITE_MAGIC:
+                raise StateError(
+                    f"{path}: not a gputui state database (corrupt?); it was left untouched — "
+                    "move it aside to start afresh"
+                )
+        else:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                import os
+
+                fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+            except OSError as exc:
+                raise StateError(f"{path}: cannot create the state file: {exc.strerror}") from None
+        try:
+            conn = sqlite3.connect(
+                path, timeout=15, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA busy_timeout = 15000")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                conn.execute("PRAGMA journal_mode = DELETE")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            row = None
+            with contextlib.suppress(sqlite3.OperationalError):
+                row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is not None and int(row[0]) > SCHEMA_VERSION:
+                conn.close()
+                raise StateError(
+                    f"{path}: written by a newer gputui (schema {row[0]}, this one knows "
+                    f"{SCHEMA_VERSION}); it was left untouched — upgrade gputui"
+                )
+            if row is None:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute(
+                        "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            conn.execute("SELECT count(*) FROM instances").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StateError(
+                f"{path}: the state database is unreadable ({exc}); it was left untouched"
+            ) from None
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- low level ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as exc:
+                raise StateError(f"{self.path}: cannot write state: {exc}") from None
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    conn.execute("ROLLBACK")
+                raise StateError(f"{self.path}: cannot write state: {exc}") from None
+            except BaseException:
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, args).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise StateError(f"{self.path}: cannot read state: {exc}") from None
+
+    def _load(self, model: type[M], data: str, what: str) -> M:
+        try:
+            return model.model_validate_json(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise StateError(f"{self.path}: {what}: field '{where}': {err['msg']}") from None
+
+    def _log_change(self, conn: sqlite3.Connection, table: str, key: str) -> None:
+        conn.execute(
+            "INSERT INTO changes(tbl, key, pid) VALUES (?, ?, ?)", (table, key, self._pid)
+        )
+
+    def _max_change(self) -> int:
+        row = self._query("SELECT coalesce(max(seq), 0) FROM changes")
+        return int(row[0][0])
+
+    # -- events -------------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        for listener in list(self._listeners):
+            listener(event)
+
+    def poll_external(self) -> list[Event]:
+        """Publish changes that another process committed since the last look."""
+        rows = self._query(
+            "SELECT seq, tbl, key, pid FROM changes WHERE seq > ? ORDER BY seq",
+            (self._last_change,),
+        )
+        events: list[Event] = []
+        seen: set[tuple[str, str]] = set()
+        for seq, table, key, pid in rows:
+            self._last_change = max(self._last_change, seq)
+            if pid == self._pid or (table, key) in seen:
+                continue
+            seen.add((table, key))
+            events.append(_TABLE_EVENT[table](key))
+        for ev in events:
+            self.emit(ev)
+        return events
+
+    # -- instances (sync core) -----------------------------------------------------------------
+
+    def put_instance_sync(self, inst: Instance) -> Instance:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO instances(id, data, live, updated) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET data=excluded.data, live=excluded.live, "
+                "updated=excluded.updated",
+                (inst.id, inst.model_dump_json(), int(inst.status.live), time.time()),
+            )
+            self._log_change(conn, "instances", inst.id)
+        self.emit(InstanceChanged(inst.id))
+        return inst
+
+    def update_instance_sync(self, instance_id: str, change: Callable[[Instance], Instance | None]) -> Instance:
+        """Read, change and write one instance in one transaction (safe across processes)."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT data FROM instances WHERE id=?", (instance_id,)).fetchone()
+            if row is None:
+                raise KeyError(instance_id)
+            inst = self._load(Instance, row[0], f"instance {instance_id}")
+            new = change(inst) or inst
+            conn.execute(
+                "UPDATE instances SET data=?, live=?, updated=? WHERE id=?",
+                (new.model_dump_json(), int(new.status.live), time.time(), instance_id),
+            )
+            self._log_change(conn, "instances", instance_id)
+        self.emit(InstanceChanged(instance_id))
+        return new
+
+    def get_instance_sync(self, instance_id: str) -> Instance | None:
+        rows = self._query("SELECT data FROM instances WHERE id=?", (instance_id,))
+        return self._load(Instance, rows[0][0], f"instance {instance_id}") if rows else None
+
+    def instances_sync(self, *, live_only: bool = False) -> list[Instance]:
+        sql = "SELECT id, data FROM instances"
+        if live_only:
+            sql += " WHERE live=1"
+        rows = self._query(sql)
+        out = [self._load(Instance, data, f"instance {iid}") for iid, data in rows]
+        out.sort(key=lambda i: i.created_at)
+        return out
+
+    def find_instance_sync(self, name_or_id: str) -> Instance:
+        """By id, or by name among live instances (then among all)."""
+        items = self.instances_sync()
+        for inst in items:
+            if inst.id == name_or_id:
+                return inst
+        for pool in ([i for i in items if i.status.live], items):
+            named = [i for i in pool if i.name == name_or_id]
+            if len(named) == 1:
+                return named[0]
+            if len(named) > 1:
+                ids = ", ".join(i.id for i in named)
+                raise LookupError(f"several instances are named {name_or_id!r}: use an id ({ids})")
+        raise LookupError(f"no instance named {name_or_id!r} (see `gputui instances`)")
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def put_lease_sync(self, lease: Lease) -> Lease:
+        lease = lease.model_copy(update={"updated_at": utcnow()})
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO leases(instance_id, data, updated) VALUES (?, ?, ?) "
+                "ON CONFLICT(instance_id) DO UPDATE SET data=excluded.data, updated=excluded.updated",
+                (lease.instance_id, lease.model_dump_json(), time.time()),
+            )
+            self._log_change(conn, "leases", lease.instance_id)
+        self.emit(LeaseChanged(lease.instance_id))
+        return lease
+
+    def update_lease_sync(self, instance_id: str, change: Callable[[Lease], Lease | None]) -> Lease:
+        with self._tx() as conn:
+            row = conn.execute(
+                "SELECT data FROM leases WHERE instance_id=?", (instance_id,)
+            ).fetchone()
+            if row is None:
+                raise KeyError(instance_id)
+            lease = self._load(Lease, row[0], f"lease {instance_id}")
+            new = (change(lease) or lease).model_copy(update={"updated_at": utcnow()})
+            conn.execute(
+                "UPDATE leases SET data=?, updated=? WHERE instance_id=?",
+                (new.model_dump_json(), time.time(), instance_id),
+            )
+            self._log_change(conn, "leases", instance_id)
+        self.emit(LeaseChanged(instance_id))
+        return new
+
+    def get_lease_sync(self, instance_id: str) -> Lease | None:
+        rows = self._query("SELECT data FROM leases WHERE instance_id=?", (instance_id,))
+        return self._load(Lease, rows[0][0], f"lease {instance_id}") if rows else None
+
+    def leases_sync(self) -> list[Lease]:
+        rows = self._query("SELECT instance_id, data FROM leases")
+        return [self._load(Lease, d, f"lease {i}") for i, d in rows]
+
+    # -- ledger ------------------------------------------------------------------------------------
+
+    def end_instance_sync(self, instance_id: str, entry: LedgerEntry, ended: Instance) -> bool:
+        """Mark an instance ended and write its ledger entry, atomically and only once.
+
+        Returns False when another process already recorded the end.
+        """
+        with self._tx() as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM ledger WHERE instance_id=?", (instance_id,)
+            ).fetchone()
+            if exists:
+                return False
+            conn.execute(
+                "INSERT INTO ledger(instance_id, data, ended) VALUES (?, ?, ?)",
+                (instance_id, entry.model_dump_json(), entry.ended_at.timestamp()),
+            )
+            conn.execute(
+                "UPDATE instances SET data=?, live=0, updated=? WHERE id=?",
+                (ended.model_dump_json(), time.time(), instance_id),
+            )
+            self._log_change(conn, "ledger", instance_id)
+            self._log_change(conn, "instances", instance_id)
+        self.emit(LedgerChanged(instance_id))
+        self.emit(InstanceChanged(instance_id))
+        return True
+
+    def ledger_sync(self) -> list[LedgerEntry]:
+        rows = self._query("SELECT instance_id, data FROM ledger ORDER BY ended")
+        return [self._load(LedgerEntry, d, f"ledger entry {i}") for i, d in rows]
+
+    # -- async face --------------------------------------------------------------------------------
+
+    async def put_instance(self, inst: Instance) -> Instance:
+        return await asyncio.to_thread(self.put_instance_sync, inst)
+
+    async def update_instance(
+        self, instance_id: str, change: Callable[[Instance], Instance | None]
+    ) -> Instance:
+        return await asyncio.to_thread(self.update_instance_sync, instance_id, change)
+
+    async def get_instance(self, instance_id: str) -> Instance | None:
+        return await asyncio.to_thread(self.get_instance_sync, instance_id)
+
+    async def instances(self, *, live_only: bool = False) -> list[Instance]:
+        return await asyncio.to_thread(self.instances_sync, live_only=live_only)
+
+    async def put_lease(self, lease: Lease) -> Lease:
+        return await asyncio.to_thread(self.put_lease_sync, lease)
+
+    async def update_lease(self, instance_id: str, change: Callable[[Lease], Lease | None]) -> Lease:
+        return await asyncio.to_thread(self.update_lease_sync, instance_id, change)
+
+    async def get_lease(self, instance_id: str) -> Lease | None:
+        return await asyncio.to_thread(self.get_lease_sync, instance_id)
+
+    async def leases(self) -> list[Lease]:
+        return await asyncio.to_thread(self.leases_sync)
+
+    async def end_instance(self, instance_id: str, entry: LedgerEntry, ended: Instance) -> bool:
+        return await asyncio.to_thread(self.end_instance_sync, instance_id, entry, ended)
+
+    async def ledger(self) -> list[LedgerEntry]:
+        return await asyncio.to_thread(self.ledger_sync)
+
+    # -- telemetry and links (memory only) ---------------------------------------------------------
+
+    def telemetry(self, instance_id: str) -> InstanceTelemetry:
+        tel = self._telemetry.get(instance_id)
+        if tel is None:
+            tel = self._telemetry[instance_id] = InstanceTelemetry()
+        return tel
+
+    def add_samples(self, instance_id: str, samples: list[GpuSample]) -> None:
+        tel = self.telemetry(instance_id)
+        for s in samples:
+            buf = tel.gpus.get(s.index)
+            if buf is None:
+                buf = tel.gpus[s.index] = deque(maxlen=self._history)
+            buf.append(s)
+        tel.updated = time.monotonic()
+        tel.diagnosis = None
+        self.emit(TelemetryChanged(instance_id))
+
+    def set_processes(self, instance_id: str, processes: list[ProcessSample]) -> None:
+        self.telemetry(instance_id).processes = list(processes)
+        self.emit(TelemetryChanged(instance_id))
+
+    def set_diagnosis(self, instance_id: str, text: str | None) -> None:
+        self.telemetry(instance_id).diagnosis = text
+        self.emit(TelemetryChanged(instance_id))
+
+    def set_link(self, instance_id: str, state: LinkState, detail: str | None = None) -> None:
+        if self._links.get(instance_id) == (state, detail):
+            return
+        self._links[instance_id] = (state, detail)
+        self.emit(LinkChanged(instance_id, state, detail))
+
+    def link(self, instance_id: str) -> tuple[LinkState, str | None]:
+        return self._links.get(instance_id, (LinkState.UNKNOWN, None))
+
+    def notify(self, text: str, severity: str = "information", *, bell: bool = False,
+               instance_id: str | None = None) -> None:
+        self.emit(Notice(text, severity, bell, instance_id))
+

@@ -1,0 +1,59 @@
+"""The frame every top-level screen shares: top bar, body, footer; store events as messages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.app import ComposeResult
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from gputui.store import Event
+from gputui.ui.widgets import TopBar
+
+if TYPE_CHECKING:
+    from gputui.app import GpuTuiApp
+
+
+class StoreEvent(Message):
+    """A change in the session store, delivered to a screen on the UI's own loop."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class BaseScreen(Screen):
+    TITLE: ClassVar[str] = ""
+    _unsubscribe: Callable[[], None] | None = None
+
+    @property
+    def gapp(self) -> GpuTuiApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield TopBar(id="topbar")
+        yield from self.compose_body()
+        yield Footer(show_command_palette=False)
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    def on_mount(self) -> None:
+        self.query_one(TopBar).title = self.TITLE
+        self._unsubscribe = self.gapp.store.subscribe(
+            lambda ev: self.post_message(StoreEvent(ev))
+        )
+        self.gapp.refresh_meter(self)
+
+    def on_resize(self) -> None:
+        self.gapp.refresh_meter(self)
+
+    def on_screen_resume(self) -> None:
+        self.gapp.refresh_meter(self)
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe:
+            self._unsubscribe()

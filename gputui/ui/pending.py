@@ -1,0 +1,62 @@
+"""Screens whose full content later work fills in: each says what it will hold."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from gputui.ui.base import BaseScreen
+
+
+class PendingScreen(BaseScreen):
+    BODY = ""
+    DEFAULT_CSS = """
+    PendingScreen VerticalScroll { padding: 1 2; }
+    PendingScreen .what { margin-bottom: 1; }
+    """
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.BODY, classes="what")
+
+
+class CatalogScreen(PendingScreen):
+    TITLE = "GPU catalog"
+    BODY = (
+        "[b]GPU catalog[/b]\n\nCompare cards by VRAM, memory bandwidth, BF16/FP8 compute, "
+        "NVLink vs PCIe and price; check whether a model fits and what the job will cost."
+    )
+
+
+class CreateScreen(PendingScreen):
+    TITLE = "New instance"
+    BODY = (
+        "[b]New instance[/b]\n\nPick a provider and offer, GPU count and a release timer; "
+        "the instance then appears on the home screen with its countdown.\n\n"
+        "From a shell: gputui create --provider sandbox --gpu 4090"
+    )
+
+
+class MonitorScreen(PendingScreen):
+    TITLE = "Monitor"
+    BODY = (
+        "[b]Monitor[/b]\n\nLive GPU utilisation, memory, temperature and power of every "
+        "instance over SSH, like nvidia-smi, with processes and history."
+    )
+
+
+class OllamaScreen(PendingScreen):
+    TITLE = "Ollama"
+    BODY = (
+        "[b]Ollama[/b]\n\nInstalled and running models on an instance, pulls with progress, "
+        "and the GPUs Ollama may use (CUDA_VISIBLE_DEVICES)."
+    )
+
+
+class CostsScreen(PendingScreen):
+    TITLE = "Costs"
+    BODY = (
+        "[b]Costs[/b]\n\nWhat each instance costs right now, today and this month; "
+        "budgets, and the ledger of ended instances."
+    )

@@ -1,0 +1,60 @@
+"""Widgets shared by every screen: the top bar with the running cost meter."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from gputui.services.views import format_money
+
+MIN_WIDTH, MIN_HEIGHT = 80, 24
+
+
+class TopBar(Static):
+    """Screen title on the left; what is billing now and the local clock on the right."""
+
+    DEFAULT_CSS = """
+    TopBar {
+        dock: top;
+        height: 1;
+        background: $panel;
+        color: $foreground;
+        padding: 0 1;
+    }
+    """
+
+    title: reactive[str] = reactive("gputui")
+    rate: reactive[Decimal] = reactive(Decimal(0))
+    accrued: reactive[Decimal] = reactive(Decimal(0))
+    billing_count: reactive[int] = reactive(0)
+    clock: reactive[str] = reactive("")
+    size_note: reactive[str] = reactive("")
+
+    def render(self) -> Text:
+        left = Text.assemble(("gputui", "bold"), " · ", (self.title, "bold"))
+        if self.size_note:
+            left.append(f"  {self.size_note}", style="bold reverse")
+        meter = (
+            f"{self.billing_count} billing {format_money(self.rate)}/h · "
+            f"{format_money(self.accrued)} so far"
+            if self.billing_count
+            else "nothing billing"
+        )
+        right = Text(f"{meter} · {self.clock}")
+        width = self.size.width - 2 if self.size.width else 78
+        pad = max(1, width - left.cell_len - right.cell_len)
+        return Text.assemble(left, " " * pad, right)
+
+    def tick(self, rate: Decimal, accrued: Decimal, count: int, now: datetime) -> None:
+        self.rate, self.accrued, self.billing_count = rate, accrued, count
+        self.clock = now.astimezone().strftime("%H:%M:%S")
+
+
+def size_note(width: int, height: int) -> str:
+    if width >= MIN_WIDTH and height >= MIN_HEIGHT:
+        return ""
+    return f"⚠ {width}×{height}: needs 80×24"

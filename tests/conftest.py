@@ -1,0 +1,30 @@
+"""Shared fixtures. Every test gets its own GPUTUI_HOME so nothing touches the user's files."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures" / "nvidia-smi"
+
+
+@pytest.fixture(autouse=True)
+def gputui_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "gputui-home"
+    monkeypatch.setenv("GPUTUI_HOME", str(home))
+    return home
+
+
+def run_gputui_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["GPUTUI_HOME"] = str(home)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+GPUTUI = [sys.executable, "-m", "gputui"]

@@ -1,0 +1,145 @@
+"""The console shell: every screen reachable by key, by palette and from help, at 80×24 and 200×60."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+
+from gputui.app import SCREENS, GpuTuiApp
+from gputui.config import Config, load_config
+from gputui.models import BillingRule, Instance, InstanceStatus, Lease
+from gputui.store import SessionStore
+from gputui.ui.help import HelpScreen
+from gputui.ui.widgets import TopBar
+
+SIZES = [(80, 24), (200, 60)]
+FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def make_app(home: Path, **kw) -> GpuTuiApp:
+    store = SessionStore(home / "state.db")
+    app = GpuTuiApp(config=Config(), store=store, **kw)
+    app.now = lambda: FROZEN
+    return app
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_every_screen_by_its_key(gputui_home: Path, size: tuple[int, int]):
+    app = make_app(gputui_home)
+    async with app.run_test(size=size) as pilot:
+        for mode, key, _label, screen_cls, _what in SCREENS[1:] + SCREENS[:1]:
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.current_mode == mode
+            assert isinstance(app.screen, screen_cls)
+            bar = app.screen.query_one(TopBar)
+            assert bar.title == screen_cls.TITLE
+            # nothing essential cut off: the top bar and footer fit the width
+            assert bar.outer_size.width == size[0]
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_every_screen_by_the_palette(gputui_home: Path, size: tuple[int, int]):
+    app = make_app(gputui_home)
+    async with app.run_test(size=size) as pilot:
+        for mode, _key, label, screen_cls, _what in SCREENS[1:]:
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            await pilot.press(*f"Go to {label}")
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.current_mode == mode, label
+            assert isinstance(app.screen, screen_cls)
+
+
+async def test_help_lists_every_binding(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#help-text").render())
+        for _mode, key, label, _cls, _what in SCREENS:
+            assert f"{key}" in text and label in text
+        assert "Quit" in text and "ctrl+p" in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_q_quits(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code in (0, None)
+    assert not app.is_running
+
+
+async def test_empty_home_shows_what_to_do(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)):
+        hint = app.screen.query_one("#hint")
+        assert hint.display and "Press n to rent" in str(hint.render()).replace("[b]", "")
+
+
+def _instance(iid: str, name: str) -> Instance:
+    return Instance(
+        id=iid, name=name, provider="sandbox", gpu="GeForce RTX 4090", gpu_count=2,
+        billing=BillingRule(price_per_hour=Decimal("0.80")), status=InstanceStatus.RUNNING,
+        created_at=datetime(2026, 11, 29, 11, 0, tzinfo=UTC),
+        running_since=datetime(2026, 11, 29, 11, 0, tzinfo=UTC),
+    )
+
+
+async def test_home_lists_instances_and_meter(gputui_home: Path):
+    app = make_app(gputui_home)
+    app.store.put_instance_sync(_instance("a", "llama-ft"))
+    app.store.put_lease_sync(Lease(instance_id="a", release_at=datetime(2026, 11, 29, 13, 30, tzinfo=UTC)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.screen.query_one(DataTable)
+        assert table.row_count == 1
+        assert table.get_cell("a", "release") == "1h 30m"
+        assert table.get_cell("a", "cost") == "$0.80"
+        assert not app.screen.query_one("#hint").display
+        bar = app.screen.query_one(TopBar)
+        assert "1 billing $0.80/h" in str(bar.render())
+        # a change made by a service appears without a reload
+        app.store.put_instance_sync(_instance("b", "second"))
+        await pilot.pause()
+        assert table.row_count == 2
+
+
+async def test_small_terminal_says_so(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(60, 20)) as pilot:
+        await pilot.pause()
+        assert "needs 80×24" in str(app.screen.query_one(TopBar).render())
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert "needs" not in str(app.screen.query_one(TopBar).render())
+
+
+async def test_theme_from_option_is_remembered(gputui_home: Path):
+    app = make_app(gputui_home, theme_name="gputui-light")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.theme == "gputui-light"
+        await pilot.pause()
+    assert load_config(gputui_home / "config.toml").ui.theme == "gputui-light"
+
+
+async def test_broken_theme_file_warns_and_falls_back(gputui_home: Path):
+    themes = gputui_home / "themes"
+    themes.mkdir(parents=True)
+    (themes / "broken.toml").write_text('name = "broken"\nprimary = "not-a-colour"\n')
+    app = make_app(gputui_home, theme_name="broken")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.theme == "gputui-dark"
+        messages = [n.message for n in app._notifications]
+        assert any("broken.toml" in m and "not a colour" in m for m in messages)
+        assert any("unknown theme 'broken'" in m for m in messages)
