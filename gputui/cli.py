@@ -98,6 +98,170 @@ def cmd_config(args: argparse.Namespace) -> int:
     raise CommandError("usage: gputui config {init,path,check}", EXIT_BAD_INPUT)
 
 
+def _services(args: argparse.Namespace, store=None):  # -> Services
+    from gputui.services.hub import Services
+
+    return Services(store or _open_store(), args.config)
+
+
+def _run_async(args: argparse.Namespace, body) -> int:
+    """Run `body(services)` on a fresh loop; always close links and servers afterwards."""
+    import asyncio
+
+    from gputui.services.hub import ServiceError
+
+    async def main() -> int:
+        services = _services(args)
+        try:
+            return await body(services)
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            await services.close()
+
+    return asyncio.run(main())
+
+
+@command("create")
+def cmd_create(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from gputui.providers.base import CreateRequest
+    from gputui.services.views import instance_view
+
+    async def body(services) -> int:
+        offer = await services.find_offer(args.provider, args.gpu)
+        try:
+            request = CreateRequest(offer_id=offer.offer_id, gpu_count=args.count,
+                                    name=args.name or _default_name(offer.gpu),
+                                    disk_gb=args.disk, image=args.image)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise CommandError(f"--{err['loc'][0]}: {err['msg']}".replace("_", "-"),
+                               EXIT_BAD_INPUT) from None
+        lease = _lease_from_args(args, services)
+        progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr))
+        inst = await services.create(args.provider, offer, request, lease=lease, progress=progress)
+        inst = await _arm_lease(services, inst)
+        view = instance_view(inst, services.store.get_lease_sync(inst.id))
+        if args.json:
+            _print_json(view)
+        else:
+            print(f"{inst.name}: {inst.gpu_count}× {inst.gpu} on {args.provider}, {view['status']}"
+                  f" — ssh with `gputui ssh {inst.name}`")
+        return 0
+
+    return _run_async(args, body)
+
+
+def _default_name(gpu: str) -> str:
+    import secrets
+
+    short = gpu.lower().replace("geforce", "").replace("nvidia", "").strip().replace(" ", "-")
+    return f"{short}-{secrets.token_hex(2)}"
+
+
+def _lease_from_args(args: argparse.Namespace, services):  # -> Lease | None
+    return None
+
+
+async def _arm_lease(services, inst):
+    return inst
+
+
+@command("ssh")
+def cmd_ssh(args: argparse.Namespace) -> int:
+    command_args = list(args.remote)
+    if command_args and command_args[0] == "--":
+        command_args = command_args[1:]
+
+    async def body(services) -> int:
+        inst = services.store.find_instance_sync(args.name)
+        if not inst.status.live:
+            raise CommandError(f"{inst.name} is {inst.status.value}")
+        link = await services.link(inst, accept_new_host_key=args.accept_new_host_key)
+        from gputui.remote.ssh import SSHLayerError
+
+        try:
+            if command_args:
+                result = await link.run(" ".join(command_args), timeout=None)
+                sys.stdout.write(result.stdout)
+                sys.stderr.write(result.stderr)
+                return result.exit_status if result.exit_status is not None else 255
+            from gputui.remote.interactive import interactive_shell
+
+            return await interactive_shell(link)
+        except SSHLayerError as exc:
+            raise CommandError(f"{inst.name}: {exc}") from None
+
+    return _run_async(args, body)
+
+
+@command("add-ssh")
+def cmd_add_ssh(args: argparse.Namespace) -> int:
+    from decimal import Decimal, InvalidOperation
+
+    from gputui.models import Granularity
+    from gputui.remote.sshline import parse_ssh_line
+    from gputui.services.views import instance_view
+
+    try:
+        endpoint = parse_ssh_line(args.line)
+    except ValueError as exc:
+        raise CommandError(f"ssh line: {exc}", EXIT_BAD_INPUT) from None
+    try:
+        price = Decimal(args.price)
+        if not price.is_finite() or price < 0 or price > 10_000:
+            raise InvalidOperation
+    except InvalidOperation:
+        raise CommandError(f"--price: {args.price!r} is not an hourly price", EXIT_BAD_INPUT) from None
+    if args.password_file:
+        endpoint = endpoint.model_copy(update={"password_file": args.password_file})
+
+    async def body(services) -> int:
+        from gputui.services.hosts import add_ssh_host
+
+        inst = await add_ssh_host(
+            services, endpoint, name=args.name, gpu=args.gpu, price=price,
+            per=Granularity(args.per), accept_new_host_key=args.accept_new_host_key,
+            password=_read_password(args),
+        )
+        if args.json:
+            _print_json(instance_view(inst, services.store.get_lease_sync(inst.id)))
+        else:
+            print(f"added {inst.name}: {inst.gpu_count}× {inst.gpu} at "
+                  f"{inst.billing.price_per_hour}/h ({inst.billing.granularity.value} billing)")
+        return 0
+
+    return _run_async(args, body)
+
+
+def _read_password(args: argparse.Namespace) -> str | None:
+    if not args.ask_password:
+        return None
+    import getpass
+
+    return getpass.getpass("SSH password (not stored): ")
+
+
+@command("release")
+def cmd_release(args: argparse.Namespace) -> int:
+    async def body(services) -> int:
+        inst = services.store.find_instance_sync(args.name)
+        entry = await services.release(inst, "manual")
+        if entry is None:
+            print(f"{inst.name} was already {inst.status.value}")
+            return 0
+        if args.json:
+            _print_json(json.loads(entry.model_dump_json()))
+        else:
+            print(f"released {inst.name}: {entry.compute_cost + entry.storage_cost} "
+                  f"{entry.currency} in all")
+        return 0
+
+    return _run_async(args, body)
+
+
 def _run_console(args: argparse.Namespace) -> int:
     from gputui.config import load_config
 
@@ -126,6 +290,36 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("instances", help="list instances")
     s.add_argument("--json", action="store_true", help="print a JSON list")
     s.add_argument("--all", action="store_true", help="include released instances")
+
+    s = sub.add_parser("create", help="rent an instance")
+    s.add_argument("--provider", default="sandbox", help="provider (default: sandbox)")
+    s.add_argument("--gpu", required=True, help="GPU model, matched loosely (e.g. 4090, 'H100 SXM')")
+    s.add_argument("--count", type=int, default=1, help="number of GPUs (default 1)")
+    s.add_argument("--name", help="task label (default: from the GPU)")
+    s.add_argument("--disk", type=float, default=50, help="disk in GB (default 50)")
+    s.add_argument("--image", help="image, where the provider has images")
+    s.add_argument("--json", action="store_true", help="print the instance as JSON")
+
+    s = sub.add_parser("ssh", help="a shell (or one command) on an instance")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("remote", nargs=argparse.REMAINDER, help="-- CMD: run one command and exit with its code")
+    s.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown host key")
+
+    s = sub.add_parser("add-ssh", help="add an instance rented elsewhere by its ssh line")
+    s.add_argument("line", help="as the platform gives it: 'ssh -p PORT root@HOST'")
+    s.add_argument("--gpu", help="GPU model (default: detected with nvidia-smi -L)")
+    s.add_argument("--price", required=True, help="price per hour for the whole instance")
+    s.add_argument("--per", choices=["second", "minute", "hour"], default="second",
+                   help="billing granularity (default second)")
+    s.add_argument("--name", help="task label (default: the host)")
+    s.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown host key")
+    s.add_argument("--ask-password", action="store_true", help="prompt for a password (not stored)")
+    s.add_argument("--password-file", help="a 0600 file holding the password")
+    s.add_argument("--json", action="store_true", help="print the instance as JSON")
+
+    s = sub.add_parser("release", help="release an instance now (stops the billing)")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("--json", action="store_true", help="print the ledger entry as JSON")
 
     s = sub.add_parser("config", help="the config file")
     s.add_argument("config_cmd", choices=["init", "path", "check"])
@@ -157,3 +351,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: one line for the user, the traceback in a log file
+        log = _log_crash()
+        print(f"gputui: internal error: {type(exc).__name__}: {exc} (details in {log})",
+              file=sys.stderr)
+        return 70
+
+
+def _log_crash() -> str:
+    import traceback
+
+    from gputui.config import state_dir
+
+    path = state_dir() / "error.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(traceback.format_exc())
+    except OSError:
+        return "nowhere: the state folder is not writable"
+    return str(path)

@@ -157,8 +157,8 @@ class Instance(_Model):
     status_detail: str | None = None
     ssh: SSHEndpoint | None = None
     created_at: datetime = Field(default_factory=utcnow)
-    running_since: datetime | None = None  # start of the current running period
-    billed_running_seconds: float = 0  # running seconds from earlier (stopped) periods
+    running_since: datetime | None = None  # start of the current running period, if running
+    billed_running_seconds: float = 0  # running seconds of earlier, finished periods
     stopped_at: datetime | None = None
     ended_at: datetime | None = None
     end_reason: EndReason | None = None
@@ -169,12 +169,36 @@ class Instance(_Model):
         return None if v is None else as_utc(v)
 
     def running_seconds(self, now: datetime | None = None) -> float:
-        now = as_utc(now or utcnow())
+        """Seconds of compute billing: earlier periods plus the current one, if running."""
         total = self.billed_running_seconds
         if self.running_since is not None:
-            end = self.ended_at or (self.stopped_at if self.status == InstanceStatus.STOPPED else None)
-            total += max(0.0, ((end or now) - self.running_since).total_seconds())
+            end = self.ended_at or as_utc(now or utcnow())
+            total += max(0.0, (end - self.running_since).total_seconds())
         return total
+
+    def mark_running(self, at: datetime) -> None:
+        if self.running_since is None:
+            self.running_since = as_utc(at)
+        self.status = InstanceStatus.RUNNING
+        self.stopped_at = None
+
+    def mark_stopped(self, at: datetime) -> None:
+        """Powered off: compute billing ends at `at`; storage goes on until release."""
+        at = as_utc(at)
+        if self.running_since is not None:
+            self.billed_running_seconds += max(0.0, (at - self.running_since).total_seconds())
+            self.running_since = None
+        self.status = InstanceStatus.STOPPED
+        self.stopped_at = at
+
+    def mark_ended(self, at: datetime, reason: EndReason) -> None:
+        at = as_utc(at)
+        if self.running_since is not None:
+            self.billed_running_seconds += max(0.0, (at - self.running_since).total_seconds())
+            self.running_since = None
+        self.status = InstanceStatus.RELEASED if reason != "failed" else InstanceStatus.FAILED
+        self.ended_at = at
+        self.end_reason = reason
 
     def existing_seconds(self, now: datetime | None = None) -> float:
         now = as_utc(now or utcnow())

@@ -32,9 +32,9 @@ def test_storage_accrues_while_stopped_but_compute_does_not():
     inst = Instance(
         id="i1", name="t", provider="sandbox", gpu="RTX 4090", disk_gb=100,
         billing=rule(price="1.00", storage_per_gb_month=Decimal("0.10")),
-        created_at=T0, running_since=T0, status=InstanceStatus.STOPPED,
-        stopped_at=T0 + timedelta(hours=1),
+        created_at=T0, running_since=T0, status=InstanceStatus.RUNNING,
     )
+    inst.mark_stopped(T0 + timedelta(hours=1))
     later = T0 + timedelta(hours=10)
     assert inst.running_seconds(later) == 3600
     assert inst.compute_cost(later) == Decimal("1.00")

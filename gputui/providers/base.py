@@ -1,0 +1,80 @@
+"""The Provider protocol every rental platform implements, and what it needs from the program."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from gputui.models import Instance, Offer
+
+if TYPE_CHECKING:
+    from gputui.config import Config
+    from gputui.remote.hostkeys import HostKeyStore
+    from gputui.remote.ssh import LinkPool
+
+
+class ProviderError(Exception):
+    """A provider refused or failed; the message is one clear line for the user."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class CreateRequest(BaseModel):
+    offer_id: str
+    gpu_count: int = Field(default=1, ge=1, le=64)
+    name: str = Field(min_length=1, max_length=64)
+    image: str | None = None
+    disk_gb: float = Field(default=50, ge=0, le=100_000)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Optional abilities, declared rather than guessed."""
+
+    stop_start: bool = False
+    scheduled_release: bool = False  # layer 2: the provider can terminate at a time
+    power_off_stops_billing: bool = True  # layer 1 works by halting the OS
+    spot: bool = False
+    simulated: bool = False
+
+
+@dataclass
+class ProviderContext:
+    """What a provider may use: its folder, the config, the SSH links and known hosts."""
+
+    state_dir: Path
+    config: Config
+    links: LinkPool
+    host_keys: HostKeyStore
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+    label: str  # what the user sees, e.g. "sandbox (simulated)"
+    capabilities: Capabilities
+
+    async def offers(self) -> list[Offer]: ...
+
+    async def create(self, request: CreateRequest, instance: Instance) -> Instance:
+        """Start renting; returns the instance with provider_id, ssh endpoint and status."""
+        ...
+
+    async def refresh(self, instance: Instance) -> Instance:
+        """The provider's current view: status, endpoint, power state."""
+        ...
+
+    async def release(self, instance: Instance) -> None:
+        """Stop the billing for good. Idempotent: releasing a released instance is fine."""
+        ...
+
+    async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
+        """Layer 2: ask the provider to terminate at `at` (None cancels). False if it can't."""
+        ...

@@ -1,0 +1,70 @@
+"""Adding a host rented elsewhere (the `ssh` provider): connect, check its key, find its GPUs."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from gputui.models import Granularity, Instance, SSHEndpoint
+from gputui.services.hub import ServiceError, Services, new_instance_id
+
+
+async def add_ssh_host(
+    services: Services,
+    endpoint: SSHEndpoint,
+    *,
+    name: str | None,
+    gpu: str | None,
+    price: Decimal,
+    per: Granularity,
+    accept_new_host_key: bool = False,
+    password: str | None = None,
+) -> Instance:
+    """Connect (host key checked), detect the GPUs with `nvidia-smi -L`, and record the host.
+
+    Nothing is written to the store unless the connection and the GPU check succeed. A password
+    is used for this process only and never stored.
+    """
+    from gputui.catalog.match import card_for_reported_name, match_card
+    from gputui.remote.hostkeys import UnknownHostKey
+    from gputui.remote.nvsmi import parse_gpu_list
+    from gputui.remote.ssh import Link, SSHLayerError
+
+    options = {"config": None, "connect_timeout": 10.0}
+    link = Link(endpoint, known_hosts=services.known_hosts, accept_new_host_key=accept_new_host_key,
+                password=password, **options)
+    where = f"{endpoint.user}@{endpoint.host}:{endpoint.port}"
+    try:
+        result = await link.run("nvidia-smi -L", timeout=30)
+    except UnknownHostKey as exc:
+        raise ServiceError(
+            f"{where}: unknown host key {exc.fingerprint}; check it with the provider, then "
+            "add --accept-new-host-key"
+        ) from None
+    except SSHLayerError as exc:
+        raise ServiceError(f"{where}: {exc}") from None
+    finally:
+        await link.close()
+    listed = [g for g in parse_gpu_list(result.stdout) if g.parent_index is None]
+    if result.exit_status != 0 or not listed:
+        from gputui.remote.diagnose import diagnose_nvidia_smi
+
+        diag = diagnose_nvidia_smi(result.stdout + result.stderr, result.exit_status)
+        if gpu is None:
+            why = f"{diag.problem} — {diag.fix}" if diag else "nvidia-smi -L listed no GPU"
+            raise ServiceError(f"{where}: cannot detect the GPUs ({why}); give --gpu")
+    count = len(listed) or 1
+    if gpu:
+        try:
+            gpu_name = match_card(gpu).name
+        except ValueError:
+            gpu_name = gpu  # a card the catalog does not know is still a card
+    else:
+        card = card_for_reported_name(listed[0].name)
+        gpu_name = card.name if card else (listed[0].name or "unknown GPU")
+    provider = services.provider("ssh")
+    inst = provider.describe(  # type: ignore[attr-defined]
+        instance_id=new_instance_id(), name=name or endpoint.host, endpoint=endpoint,
+        gpu=gpu_name, gpu_count=count, price_per_hour=price, per=per,
+    )
+    await services.store.put_instance(inst)
+    return inst

@@ -1,0 +1,247 @@
+"""The services both the console and the commands use: providers, SSH links, instance lifecycle.
+
+`Services` owns the long-lived things (the link pool, the providers' servers) so a screen never
+does; screens and commands call its methods and read the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gputui.config import Config, ensure_state_dir
+from gputui.models import (
+    EndReason,
+    Instance,
+    InstanceStatus,
+    Lease,
+    LedgerEntry,
+    Offer,
+    utcnow,
+)
+from gputui.providers.base import CreateRequest, Provider, ProviderContext, ProviderError
+from gputui.store import SessionStore
+
+Progress = Callable[[str], None]
+
+
+class ServiceError(Exception):
+    """A one-line message for the user."""
+
+
+def new_instance_id() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+class Services:
+    def __init__(
+        self,
+        store: SessionStore,
+        config: Config,
+        *,
+        state_dir: Path | None = None,
+        link_options: dict[str, Any] | None = None,
+        sandbox_boot_seconds: float = 1.5,
+    ) -> None:
+        from gputui.providers.sandbox import SandboxProvider
+        from gputui.providers.ssh import SshProvider
+        from gputui.remote.hostkeys import KnownHosts
+        from gputui.remote.ssh import LinkPool
+
+        self.store = store
+        self.config = config
+        self.state_dir = state_dir or ensure_state_dir()
+        self.known_hosts = KnownHosts(self.state_dir / "known_hosts")
+        options = {"config": None, "agent_path": None, "connect_timeout": 10.0}
+        options.update(link_options or {})
+        self.links = LinkPool(known_hosts=self.known_hosts, on_state=store.set_link, **options)
+        ctx = ProviderContext(state_dir=self.state_dir, config=config, links=self.links,
+                              host_keys=self.known_hosts)
+        self.providers: dict[str, Provider] = {}
+        if config.providers.sandbox.enabled:
+            self.providers["sandbox"] = SandboxProvider(ctx, boot_seconds=sandbox_boot_seconds)
+        self.providers["ssh"] = SshProvider(ctx)
+
+    # -- providers and offers -------------------------------------------------------------------
+
+    def provider(self, name: str) -> Provider:
+        try:
+            return self.providers[name]
+        except KeyError:
+            known = ", ".join(sorted(self.providers))
+            raise ServiceError(f"unknown or disabled provider {name!r} (available: {known})") from None
+
+    async def offers(self, provider: str) -> list[Offer]:
+        try:
+            return await self.provider(provider).offers()
+        except ProviderError as exc:
+            raise ServiceError(str(exc)) from None
+
+    async def find_offer(self, provider: str, gpu: str) -> Offer:
+        """Match a typed GPU name loosely against the provider's offers (the design's rule)."""
+        from gputui.catalog.match import match_gpu
+
+        offers = await self.offers(provider)
+        if not offers:
+            raise ServiceError(f"{provider}: no offers")
+        try:
+            name = match_gpu(gpu, [o.gpu for o in offers])
+        except ValueError as exc:
+            raise ServiceError(str(exc)) from None
+        return next(o for o in offers if o.gpu == name)
+
+    # -- create -------------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        provider_name: str,
+        offer: Offer,
+        request: CreateRequest,
+        *,
+        lease: Lease | None = None,
+        progress: Progress | None = None,
+    ) -> Instance:
+        """Rent an instance: requested → booting → running, every step in the store.
+
+        The record is written before the provider is asked, so a crash mid-create leaves
+        something to reconcile rather than an instance nobody knows about.
+        """
+        say = progress or (lambda _m: None)
+        provider = self.provider(provider_name)
+        inst = Instance(
+            id=new_instance_id(), name=request.name, provider=provider_name,
+            offer_id=offer.offer_id, gpu=offer.gpu, gpu_count=request.gpu_count,
+            billing=offer.billing.model_copy(
+                update={"price_per_hour": offer.price_per_gpu_hour * request.gpu_count}),
+            disk_gb=request.disk_gb, image=request.image, region=offer.region,
+            status=InstanceStatus.REQUESTED,
+        )
+        await self.store.put_instance(inst)
+        if lease is not None:
+            await self.store.put_lease(lease.model_copy(update={"instance_id": inst.id}))
+        say("requested")
+        try:
+            inst = await provider.create(request, inst)
+        except ProviderError as exc:
+            await self._fail(inst, str(exc))
+            raise ServiceError(str(exc)) from None
+        await self.store.put_instance(inst)
+        say("booting")
+        boot = getattr(provider, "boot", None)
+        if boot is not None:
+            try:
+                inst = await boot(inst)
+            except ProviderError as exc:
+                await self._fail(inst, str(exc))
+                raise ServiceError(str(exc)) from None
+        await self.store.put_instance(inst)
+        say("running")
+        return inst
+
+    async def _fail(self, inst: Instance, why: str) -> None:
+        failed = inst.model_copy(update={"status_detail": why})
+        failed.mark_ended(utcnow(), "failed")
+        entry = LedgerEntry.from_instance(failed, "failed", failed.ended_at or utcnow())
+        await self.store.end_instance(inst.id, entry, failed)
+
+    # -- the link to an instance --------------------------------------------------------------------
+
+    async def link(self, inst: Instance, *, accept_new_host_key: bool = False) -> Any:
+        """The instance's one shared SSH link (its provider makes it reachable first)."""
+        provider = self.provider(inst.provider)
+        prepare = getattr(provider, "prepare", None)
+        if prepare is not None:
+            try:
+                prepared = await prepare(inst)
+            except ProviderError as exc:
+                raise ServiceError(str(exc)) from None
+            if prepared.ssh != inst.ssh:
+                inst = await self.store.update_instance(
+                    inst.id, lambda i: i.model_copy(update={"ssh": prepared.ssh}))
+        if inst.ssh is None:
+            raise ServiceError(f"{inst.name}: has no SSH endpoint (status {inst.status.value})")
+        options: dict[str, Any] = {}
+        if accept_new_host_key:
+            options["accept_new_host_key"] = True
+        return self.links.get(inst.id, inst.ssh, **options)
+
+    async def run(self, inst: Instance, command: str, *, timeout: float = 60.0) -> Any:
+        from gputui.remote.ssh import SSHLayerError
+
+        link = await self.link(inst)
+        try:
+            return await link.run(command, timeout=timeout)
+        except SSHLayerError as exc:
+            raise ServiceError(f"{inst.name}: {exc}") from None
+
+    # -- refresh and release -------------------------------------------------------------------------
+
+    async def refresh(self, inst: Instance) -> Instance:
+        """Ask the provider; if its view differs, store it. A power-off that happened while
+        nothing was running is picked up here."""
+        if not inst.status.live:
+            return inst
+        try:
+            fresh = await self.provider(inst.provider).refresh(inst)
+        except (ProviderError, ServiceError) as exc:
+            raise ServiceError(str(exc)) from None
+        if fresh == inst:
+            return inst
+        if not fresh.status.live and fresh.ended_at is not None:
+            entry = LedgerEntry.from_instance(fresh, fresh.end_reason or "external", fresh.ended_at)
+            await self.store.end_instance(inst.id, entry, fresh)
+            await self._close_lease(inst.id)
+            return fresh
+        return await self.store.update_instance(inst.id, lambda _old: fresh)
+
+    async def release(self, inst: Instance, reason: EndReason) -> LedgerEntry | None:
+        """Release through the provider, then record the end once (ledger + lease)."""
+        if not inst.status.live:
+            return None
+        provider = self.provider(inst.provider)
+        inst = await self.store.update_instance(
+            inst.id, lambda i: i.model_copy(update={"status_detail": f"releasing ({reason})"}))
+        try:
+            inst = await self.refresh(inst)  # a power-off in the past ends compute billing there
+        except ServiceError:
+            pass
+        if not inst.status.live:
+            return None
+        try:
+            await provider.release(inst)
+        except ProviderError as exc:
+            await self.store.update_instance(
+                inst.id, lambda i: i.model_copy(update={"status_detail": f"release failed: {exc}"}))
+            raise ServiceError(f"{inst.name}: release failed: {exc}") from None
+        ended = inst.model_copy()
+        ended.mark_ended(utcnow(), reason)
+        entry = LedgerEntry.from_instance(ended, reason, ended.ended_at or utcnow())
+        await self.store.end_instance(inst.id, entry, ended)
+        await self._close_lease(inst.id, fired=reason in ("timer", "idle", "budget"))
+        await self.links.close(inst.id)
+        return entry
+
+    async def _close_lease(self, instance_id: str, *, fired: bool = False) -> None:
+        from gputui.models import LeaseState
+
+        state = LeaseState.FIRED if fired else LeaseState.CANCELLED
+        with contextlib.suppress(KeyError):
+            await self.store.update_lease(instance_id, lambda lease: lease.model_copy(
+                update={"state": state}) if lease.state == LeaseState.ACTIVE else lease)
+
+    async def close(self) -> None:
+        await self.links.close_all()
+        for provider in self.providers.values():
+            closer = getattr(provider, "close", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
+
+
+def quote_args(args: list[str]) -> str:
+    """A command line for the remote shell, every user-supplied value quoted."""
+    return " ".join(shlex.quote(a) for a in args)
