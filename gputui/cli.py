@@ -111,7 +111,15 @@ def _run_async(args: argparse.Namespace, body) -> int:
     from gputui.services.hub import ServiceError
 
     async def main() -> int:
+        from gputui.store import Notice
+
         services = _services(args)
+
+        def show(event: object) -> None:
+            if isinstance(event, Notice) and not getattr(args, "json", False):
+                print(f"{event.severity}: {event.text}", file=sys.stderr)
+
+        services.store.subscribe(show)
         try:
             return await body(services)
         except ServiceError as exc:
@@ -161,12 +169,112 @@ def _default_name(gpu: str) -> str:
     return f"{short}-{secrets.token_hex(2)}"
 
 
-def _lease_from_args(args: argparse.Namespace, services):  # -> Lease | None
-    return None
+def _lease_from_args(args: argparse.Namespace, services):  # -> Lease
+    from gputui.config import parse_duration
+    from gputui.models import Lease, utcnow
+
+    release_at = None
+    if args.no_timer:
+        if not args.yes:
+            raise CommandError("--no-timer bills until you release it by hand: add --yes to confirm",
+                               EXIT_BAD_INPUT)
+    elif args.release_at:
+        release_at = _parse_clock(args.release_at)
+    else:
+        text = args.release_after or services.config.lease.default_release
+        try:
+            delta = parse_duration(text)
+        except ValueError as exc:
+            raise CommandError(f"--release-after: {exc}", EXIT_BAD_INPUT) from None
+        if delta.total_seconds() < 60 or delta.days > 366:
+            raise CommandError(f"--release-after: {text!r} must be between 1 minute and a year",
+                               EXIT_BAD_INPUT)
+        release_at = utcnow() + delta
+    idle = (args.idle_util, args.idle_minutes)
+    if (idle[0] is None) != (idle[1] is None):
+        raise CommandError("--idle-util and --idle-minutes go together", EXIT_BAD_INPUT)
+    if idle[0] is not None and not (0 < idle[0] <= 100 and 1 <= idle[1] <= 24 * 60):
+        raise CommandError("--idle-util is 1-100 (%) and --idle-minutes 1-1440", EXIT_BAD_INPUT)
+    return Lease(instance_id="pending", release_at=release_at, no_timer_confirmed=args.no_timer,
+                 idle_util_pct=idle[0], idle_minutes=idle[1])
+
+
+def _parse_clock(text: str):  # -> datetime (UTC)
+    """`18:30` (today, or tomorrow if past) or an ISO-8601 time, in local time unless it says."""
+    from datetime import datetime, timedelta
+
+    from gputui.models import as_utc
+
+    now = datetime.now().astimezone()
+    try:
+        if len(text) <= 5 and ":" in text:
+            hh, mm = (int(x) for x in text.split(":"))
+            at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+            if at <= now:
+                at += timedelta(days=1)
+        else:
+            at = datetime.fromisoformat(text)
+            if at.tzinfo is None:
+                at = at.astimezone()
+    except ValueError:
+        raise CommandError(f"--release-at: {text!r} is not a time (try 18:30)", EXIT_BAD_INPUT) from None
+    if at <= now:
+        raise CommandError(f"--release-at: {text!r} is in the past", EXIT_BAD_INPUT)
+    return as_utc(at)
 
 
 async def _arm_lease(services, inst):
+    from gputui.services.leases import LeaseService
+
+    await LeaseService(services).arm(inst)
     return inst
+
+
+@command("extend")
+def cmd_extend(args: argparse.Namespace) -> int:
+    from gputui.config import parse_duration
+    from gputui.services.views import format_remaining
+
+    async def body(services) -> int:
+        from gputui.services.leases import LeaseService
+
+        inst = services.store.find_instance_sync(args.name)
+        if not inst.status.live:
+            raise CommandError(f"{inst.name} is {inst.status.value}")
+        leases = LeaseService(services)
+        if args.to:
+            lease = await leases.extend(inst, to=_parse_clock(args.to))
+        else:
+            try:
+                by = parse_duration(args.by)
+            except ValueError as exc:
+                raise CommandError(f"extend: {exc}", EXIT_BAD_INPUT) from None
+            lease = await leases.extend(inst, by=by)
+        layers = ["console"] + (["on-instance"] if lease.on_instance_armed else []) + (
+            ["provider"] if lease.provider_armed else [])
+        print(f"{inst.name}: release at {lease.release_at.astimezone():%Y-%m-%d %H:%M} "
+              f"(in {format_remaining(lease.remaining())}; layers: {', '.join(layers)})")
+        return 0
+
+    return _run_async(args, body)
+
+
+@command("reap")
+def cmd_reap(args: argparse.Namespace) -> int:
+    async def body(services) -> int:
+        from gputui.services.leases import LeaseService
+
+        result = await LeaseService(services).reap()
+        if args.json:
+            _print_json({"released": result.released, "errors": result.errors})
+        else:
+            for name in result.released:
+                print(f"released {name}")
+            for err in result.errors:
+                print(f"error: {err}", file=sys.stderr)
+        return 1 if result.errors else 0
+
+    return _run_async(args, body)
 
 
 @command("ssh")
@@ -299,6 +407,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--disk", type=float, default=50, help="disk in GB (default 50)")
     s.add_argument("--image", help="image, where the provider has images")
     s.add_argument("--json", action="store_true", help="print the instance as JSON")
+    t = s.add_mutually_exclusive_group()
+    t.add_argument("--release-after", metavar="DURATION",
+                   help="auto-release after this long: 2h, 90m (default from config: 2h)")
+    t.add_argument("--release-at", metavar="TIME", help="auto-release at a clock time: 18:30")
+    t.add_argument("--no-timer", action="store_true", help="no auto-release (needs --yes)")
+    s.add_argument("--yes", action="store_true", help="confirm --no-timer")
+    s.add_argument("--idle-util", type=float, metavar="PCT",
+                   help="idle release: every GPU under PCT %% ...")
+    s.add_argument("--idle-minutes", type=int, metavar="N", help="... for N minutes")
+
+    s = sub.add_parser("extend", help="move an instance's release time")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("by", nargs="?", default="1h", help="how much longer: 1h, 30m (default 1h)")
+    s.add_argument("--to", metavar="TIME", help="a new release time instead: 18:30")
+
+    s = sub.add_parser("reap", help="release overdue instances (for cron / a systemd timer)")
+    s.add_argument("--json", action="store_true", help="print what was released as JSON")
 
     s = sub.add_parser("ssh", help="a shell (or one command) on an instance")
     s.add_argument("name", help="instance name or id")

@@ -253,6 +253,13 @@ class SandboxProvider:
 
         rec = self.read_record(instance.id)
         inst = instance.model_copy()
+        scheduled = self.scheduled_release(instance.id)
+        if not rec.terminated_at and scheduled is not None and scheduled <= utcnow():
+            # Layer 2: the platform itself terminates at the scheduled time.
+            await self._terminate(rec, scheduled)
+            inst.mark_ended(scheduled, "timer")
+            inst.status_detail = "terminated by the platform's scheduled release"
+            return inst
         if rec.terminated_at:
             if inst.status.live:
                 inst.mark_ended(datetime.fromisoformat(rec.terminated_at), "external")
@@ -279,26 +286,28 @@ class SandboxProvider:
 
     async def release(self, instance: Instance) -> None:
         """Terminate: processes killed, the disk wiped, billing ends now. Idempotent."""
+        rec = self.read_record(instance.id)
+        if not rec.terminated_at:
+            await self._terminate(rec, utcnow())
+
+    async def _terminate(self, rec: PlatformRecord, at: datetime) -> None:
         from gputui.providers.sandbox_shims.state import kill_processes, power_state
 
-        rec = self.read_record(instance.id)
-        if rec.terminated_at:
-            return
-        now = utcnow()
-        root = self.instance_root(instance.id)
+        root = self.instance_root(rec.id)
         with contextlib.suppress(Exception):
-            power = power_state(root, now)
+            power = power_state(root, at)
             if power.is_off and power.at is not None and rec.periods and rec.periods[-1][1] is None:
                 rec.periods[-1][1] = power.at.isoformat()
         if rec.periods and rec.periods[-1][1] is None:
-            rec.periods[-1][1] = now.isoformat()
-        rec.terminated_at = now.isoformat()
+            rec.periods[-1][1] = at.isoformat()
+        rec.terminated_at = at.isoformat()
         self._write_record(rec)
-        await self._stop_server(instance.id)
+        await self._stop_server(rec.id)
         with contextlib.suppress(Exception):
             await asyncio.to_thread(kill_processes, root)
         with contextlib.suppress(OSError):
             await asyncio.to_thread(shutil.rmtree, root)
+        (self.root / "platform" / f"{rec.id}.release_at").unlink(missing_ok=True)
         if rec.port:
             self.ctx.host_keys.forget(LOCAL_HOST, rec.port)
 

@@ -1,0 +1,220 @@
+"""Auto-release: the promise that a forgotten instance stops billing at its deadline.
+
+Three independent layers, so the deadline holds with the laptop shut:
+1. On the instance: `shutdown -h +N` scheduled at creation and re-armed on every extend; an
+   idle watchdog (a small sh loop reading nvidia-smi) powers off after N idle minutes.
+   This layer covers providers whose billing stops at power-off (sandbox, ssh hosts).
+2. At the provider, where its API can schedule termination (`schedule_release`).
+3. Here: the lease service releases through the provider at the deadline, releases anything
+   overdue when it starts, and `gputui reap` does the same headless (cron, systemd timer).
+
+Deadlines are absolute UTC times, so a clock change or a restart never moves them, and the
+store's once-only ledger write makes every path safe to run at the same time as another.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
+from gputui.services.hub import ServiceError, Services
+
+WARN_MINUTES = (10, 1)
+WATCHDOG_FILE = ".gputui-idle-watchdog.sh"
+WATCHDOG_PID = ".gputui-idle-watchdog.pid"
+
+
+def shutdown_command(release_at: datetime, now: datetime | None = None) -> str:
+    """`shutdown -h +N`, N whole minutes rounded up (never before the deadline)."""
+    seconds = (as_utc(release_at) - as_utc(now or utcnow())).total_seconds()
+    minutes = max(1, math.ceil(seconds / 60))
+    return f"shutdown -h +{minutes}"
+
+
+def watchdog_script(util_pct: float, minutes: int, interval_s: int = 60) -> str:
+    """A POSIX sh loop: power off once every GPU has stayed under `util_pct` for `minutes`."""
+    util = shlex.quote(f"{util_pct:g}")
+    need = max(1, math.ceil(minutes * 60 / interval_s))
+    return (
+        "#!/bin/sh\n"
+        "# gputui idle release: powers off after the GPUs stay idle (started over SSH).\n"
+        f"limit={util}; need={need}; idle=0\n"
+        "while :; do\n"
+        f"  sleep {interval_s}\n"
+        "  busy=$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null"
+        " | awk -v l=\"$limit\" '$1+0 >= l+0 {b=1} END {print b+0}')\n"
+        "  if [ \"$busy\" = 0 ]; then idle=$((idle+1)); else idle=0; fi\n"
+        "  if [ \"$idle\" -ge \"$need\" ]; then\n"
+        "    date -u +%Y-%m-%dT%H:%M:%SZ > .gputui-idle-released\n"
+        "    shutdown -h now; exit 0\n"
+        "  fi\n"
+        "done\n"
+    )
+
+
+def start_watchdog_command(util_pct: float, minutes: int, interval_s: int = 60) -> str:
+    script = watchdog_script(util_pct, minutes, interval_s)
+    return (
+        f"cat > {WATCHDOG_FILE} <<'GPUTUI_EOF'\n{script}GPUTUI_EOF\n"
+        f"chmod 700 {WATCHDOG_FILE}\n"
+        f"[ -f {WATCHDOG_PID} ] && kill \"$(cat {WATCHDOG_PID})\" 2>/dev/null\n"
+        f"nohup sh ./{WATCHDOG_FILE} >/dev/null 2>&1 </dev/null &\n"
+        f"echo $! > {WATCHDOG_PID}\n"
+    )
+
+
+@dataclass
+class ReapResult:
+    released: list[str]
+    warned: list[str]
+    errors: list[str]
+
+
+class LeaseService:
+    def __init__(self, services: Services, warn_minutes: tuple[int, ...] = WARN_MINUTES) -> None:
+        self.services = services
+        self.store = services.store
+        self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
+
+    # -- arming ---------------------------------------------------------------------------------
+
+    async def arm(self, inst: Instance) -> Lease | None:
+        """Set up layers 1 and 2 for the instance's lease. Failures are reported, not fatal:
+        layer 3 still holds, and the lease says which layers are armed."""
+        lease = await self.store.get_lease(inst.id)
+        if lease is None or lease.state != LeaseState.ACTIVE:
+            return lease
+        provider = self.services.provider(inst.provider)
+        on_instance = False
+        problems: list[str] = []
+        if provider.capabilities.power_off_stops_billing and inst.ssh is not None:
+            try:
+                on_instance = await self._arm_on_instance(inst, lease)
+            except ServiceError as exc:
+                problems.append(f"on-instance timer: {exc}")
+        provider_armed = False
+        if provider.capabilities.scheduled_release:
+            try:
+                provider_armed = await provider.schedule_release(inst, lease.release_at)
+            except Exception as exc:  # the provider's own words, one line
+                problems.append(f"provider schedule: {exc}")
+        lease = await self.store.update_lease(inst.id, lambda le: le.model_copy(update={
+            "on_instance_armed": on_instance and le.release_at is not None,
+            "provider_armed": provider_armed and le.release_at is not None,
+        }))
+        for problem in problems:
+            self.store.notify(f"{inst.name}: {problem} (the console still releases it on time)",
+                              "warning", instance_id=inst.id)
+        return lease
+
+    async def _arm_on_instance(self, inst: Instance, lease: Lease) -> bool:
+        commands = ["shutdown -c >/dev/null 2>&1 || true"]
+        if lease.release_at is not None:
+            commands.append(shutdown_command(lease.release_at))
+        if lease.idle_util_pct is not None and lease.idle_minutes:
+            commands.append(start_watchdog_command(lease.idle_util_pct, lease.idle_minutes))
+        result = await self.services.run(inst, "\n".join(commands), timeout=30)
+        if result.exit_status != 0:
+            err = (result.stderr or result.stdout).strip().splitlines()
+            raise ServiceError(err[-1] if err else f"exit {result.exit_status}")
+        return True
+
+    # -- changing ---------------------------------------------------------------------------------
+
+    async def extend(self, inst: Instance, *, by: timedelta | None = None,
+                     to: datetime | None = None) -> Lease:
+        """Move the deadline (from the current deadline, or from now if it has none) and
+        re-arm every layer."""
+        now = utcnow()
+
+        def change(lease: Lease) -> Lease:
+            base = lease.release_at if lease.release_at and lease.release_at > now else now
+            new_at = as_utc(to) if to is not None else base + (by or timedelta(hours=1))
+            if new_at <= now:
+                raise ServiceError("the new release time is in the past")
+            return lease.model_copy(update={"release_at": new_at, "no_timer_confirmed": False,
+                                            "warned": [], "state": LeaseState.ACTIVE})
+
+        try:
+            await self.store.update_lease(inst.id, change)
+        except KeyError:
+            await self.store.put_lease(change(Lease(instance_id=inst.id)))
+        return await self.arm(inst) or await self._lease(inst.id)
+
+    async def remove_timer(self, inst: Instance) -> Lease:
+        """No timer (the caller has the user's explicit confirmation)."""
+        await self.store.update_lease(inst.id, lambda le: le.model_copy(update={
+            "release_at": None, "no_timer_confirmed": True, "warned": []}))
+        return await self.arm(inst) or await self._lease(inst.id)
+
+    async def _lease(self, instance_id: str) -> Lease:
+        lease = await self.store.get_lease(instance_id)
+        assert lease is not None
+        return lease
+
+    # -- the clock ----------------------------------------------------------------------------------
+
+    async def tick(self, now: datetime | None = None, *, refresh: bool = False) -> ReapResult:
+        """Warn before deadlines and release what is due. `refresh` asks each provider first
+        (to pick up power-offs that happened while nothing watched)."""
+        now = as_utc(now or utcnow())
+        result = ReapResult([], [], [])
+        leases = {le.instance_id: le for le in await self.store.leases()}
+        for inst in await self.store.instances(live_only=True):
+            if refresh:
+                try:
+                    inst = await self.services.refresh(inst)
+                except ServiceError as exc:
+                    result.errors.append(f"{inst.name}: {exc}")
+                if not inst.status.live:
+                    continue
+            lease = leases.get(inst.id)
+            if lease is None or lease.state != LeaseState.ACTIVE:
+                continue
+            reason = self._due(inst, lease, now)
+            if reason:
+                try:
+                    await self.services.release(inst, reason)
+                    result.released.append(inst.name)
+                    self.store.notify(f"{inst.name} released ({reason})", "information",
+                                      bell=True, instance_id=inst.id)
+                except ServiceError as exc:
+                    result.errors.append(str(exc))
+                    self.store.notify(f"{inst.name}: could not release: {exc}", "error",
+                                      bell=True, instance_id=inst.id)
+                continue
+            await self._warn(inst, lease, now, result)
+        return result
+
+    def _due(self, inst: Instance, lease: Lease, now: datetime) -> str | None:
+        if lease.release_at is not None and lease.release_at <= now:
+            return "timer"
+        if inst.status == InstanceStatus.STOPPED:
+            # Powered off on the instance (its timer or the idle watchdog): finish the release.
+            if lease.release_at is not None and inst.stopped_at and inst.stopped_at >= lease.release_at - timedelta(minutes=1):
+                return "timer"
+            if lease.idle_minutes:
+                return "idle"
+        return None
+
+    async def _warn(self, inst: Instance, lease: Lease, now: datetime, result: ReapResult) -> None:
+        left = lease.remaining(now)
+        if left is None:
+            return
+        for minutes in self.warn_minutes:
+            if left <= minutes * 60 and minutes not in lease.warned:
+                await self.store.update_lease(inst.id, lambda le, m=minutes: le.model_copy(
+                    update={"warned": sorted({*le.warned, m})}))
+                mins = max(1, math.ceil(left / 60))
+                self.store.notify(
+                    f"{inst.name} will be released in {mins} min — press e on Home to extend 1 h",
+                    "warning", bell=True, instance_id=inst.id)
+                result.warned.append(inst.name)
+                break
+
+    async def reap(self, now: datetime | None = None) -> ReapResult:
+        """Headless: refresh every live instance, release what is overdue. Idempotent."""
+        return await self.tick(now, refresh=True)
