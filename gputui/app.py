@@ -6,20 +6,23 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
 from gputui.config import Config, config_dir, ensure_state_dir, set_theme, state_path
 from gputui.models import Instance, utcnow
-from gputui.store import InstanceChanged, SessionStore
+from gputui.services.hub import Services
+from gputui.services.leases import LeaseService
+from gputui.store import InstanceChanged, Notice, SessionStore
 from gputui.ui.base import BaseScreen
+from gputui.ui.create import CreateScreen
 from gputui.ui.help import HelpScreen
 from gputui.ui.home import HomeScreen
 from gputui.ui.pending import (
     CatalogScreen,
     CostsScreen,
-    CreateScreen,
     MonitorScreen,
     OllamaScreen,
 )
@@ -55,7 +58,9 @@ class GpuTuiApp(App[int]):
         config: Config | None = None,
         theme_name: str | None = None,
         store: SessionStore | None = None,
+        services: Services | None = None,
         remember_theme: bool = True,
+        background: bool = True,
     ) -> None:
         super().__init__()
         self.config = config or Config()
@@ -63,6 +68,9 @@ class GpuTuiApp(App[int]):
             ensure_state_dir()
             store = SessionStore(state_path())
         self.store = store
+        self.services = services or Services(store, self.config)
+        self.leases = LeaseService(self.services)
+        self._background = background  # tests of pure layout turn the lease clock off
         self._remember_theme = remember_theme
         self._requested_theme = theme_name
         self._live: list[Instance] = []
@@ -87,6 +95,26 @@ class GpuTuiApp(App[int]):
         self.store.subscribe(self._on_store_event)
         self.set_interval(1.0, self._tick)
         self.set_interval(2.0, self.store.poll_external)
+        if self._background:
+            self.lease_clock()
+
+    @work(exclusive=True, group="leases", exit_on_error=False)
+    async def lease_clock(self) -> None:
+        """Layer 3 of auto-release: overdue instances go at start, the rest at their deadline.
+        Every 30 s the providers are asked too (a power-off on the instance shows up)."""
+        import asyncio
+
+        ticks = 0
+        while True:
+            try:
+                await self.leases.tick(refresh=ticks % 30 == 0)
+            except Exception as exc:  # keep the clock alive; say what went wrong
+                self.notify(f"auto-release check failed: {exc}", severity="error")
+            ticks += 1
+            await asyncio.sleep(1.0)
+
+    async def on_unmount(self) -> None:
+        await self.services.close()
 
     def _save_theme(self, name: str) -> None:
         self.config.ui.theme = name
@@ -98,6 +126,11 @@ class GpuTuiApp(App[int]):
     def _on_store_event(self, event: object) -> None:
         if isinstance(event, InstanceChanged):
             self._reload_live()
+        elif isinstance(event, Notice):
+            self.notify(event.text, severity=event.severity,  # type: ignore[arg-type]
+                        timeout=12 if event.bell else 6)
+            if event.bell:
+                self.bell()
 
     def _reload_live(self) -> None:
         self._live = self.store.instances_sync(live_only=True)

@@ -44,7 +44,8 @@ def app_with_data(home: Path, theme: str) -> GpuTuiApp:
             release_at=datetime.fromisoformat(release) if release else None,
             no_timer_confirmed=release is None,
         ))
-    app = GpuTuiApp(config=Config(), store=store, theme_name=theme, remember_theme=False)
+    app = GpuTuiApp(config=Config(), store=store, theme_name=theme, remember_theme=False,
+                    background=False)
     app.now = lambda: FROZEN
     return app
 
@@ -56,6 +57,6 @@ def test_home_snapshot(snap_compare, gputui_home: Path, utc_clock, theme: str):
 
 def test_empty_home_snapshot(snap_compare, gputui_home: Path, utc_clock):
     store = SessionStore(gputui_home / "state.db")
-    app = GpuTuiApp(config=Config(), store=store, remember_theme=False)
+    app = GpuTuiApp(config=Config(), store=store, remember_theme=False, background=False)
     app.now = lambda: FROZEN
     assert snap_compare(app, terminal_size=(80, 24))

@@ -22,6 +22,7 @@ FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 def make_app(home: Path, **kw) -> GpuTuiApp:
     store = SessionStore(home / "state.db")
+    kw.setdefault("background", False)
     app = GpuTuiApp(config=Config(), store=store, **kw)
     app.now = lambda: FROZEN
     return app

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from gputui.models import Instance, Lease
@@ -17,20 +19,34 @@ EMPTY_HINT = (
     "[b]g[/b] to compare GPUs, [b]?[/b] for every key."
 )
 
+# Most important first: a narrow pane cuts from the right.
 COLUMNS = [
     ("name", "Name"),
-    ("provider", "Provider"),
     ("gpu", "GPU"),
     ("status", "Status"),
-    ("link", "Link"),
     ("release", "Release in"),
-    ("rate", "$/h"),
     ("cost", "Cost"),
+    ("rate", "$/h"),
+    ("link", "Link"),
+    ("provider", "Provider"),
 ]
+LINK_MARK = {"connected": "ok", "connecting": "…", "reconnecting": "retrying", "failed": "FAILED"}
+
+
+def short_gpu(name: str) -> str:
+    for word in ("GeForce ", "NVIDIA ", "Tesla "):
+        name = name.replace(word, "")
+    return name
 
 
 class HomeScreen(BaseScreen):
     TITLE = "Instances"
+    BINDINGS = [
+        Binding("e", "extend", "Extend 1h"),
+        Binding("t", "timer", "Timer…"),
+        Binding("r", "release", "Release"),
+        Binding("enter", "monitor", "Monitor", show=False),
+    ]
     DEFAULT_CSS = """
     HomeScreen #hint { padding: 1 2; color: $text-muted; }
     HomeScreen DataTable { height: 1fr; }
@@ -71,13 +87,13 @@ class HomeScreen(BaseScreen):
         else:
             release = format_remaining(lease.remaining(now))
         link, _detail = self.gapp.store.link(inst.id)
-        provider = inst.provider + (" (sim)" if inst.provider == "sandbox" else "")
+        provider = inst.provider + (" (simulated)" if inst.provider == "sandbox" else "")
         return {
             "name": inst.name,
             "provider": provider,
-            "gpu": f"{inst.gpu_count}× {inst.gpu}",
+            "gpu": f"{inst.gpu_count}× {short_gpu(inst.gpu)}",
             "status": inst.status.value,
-            "link": link.value if link.value != "unknown" else "-",
+            "link": LINK_MARK.get(link.value, "-"),
             "release": release,
             "rate": format_money(inst.billing.price_per_hour, inst.billing.currency),
             "cost": format_money(inst.accrued(now), inst.billing.currency),
@@ -88,9 +104,9 @@ class HomeScreen(BaseScreen):
         cells = self._cells(inst, self.gapp.now())
         if inst.id in {k.value for k in table.rows}:
             for key, value in cells.items():
-                table.update_cell(inst.id, key, value)
+                table.update_cell(inst.id, key, value, update_width=True)
         else:
-            table.add_row(*cells.values(), key=inst.id)
+            table.add_row(*(cells[k] for k, _ in COLUMNS), key=inst.id)
 
     def tick(self) -> None:
         table = self.query_one(DataTable)
@@ -98,7 +114,7 @@ class HomeScreen(BaseScreen):
         for inst in self._instances.values():
             cells = self._cells(inst, now)
             for key in ("release", "cost", "link"):
-                table.update_cell(inst.id, key, cells[key])
+                table.update_cell(inst.id, key, cells[key], update_width=True)
 
     def on_store_event(self, message: StoreEvent) -> None:
         if isinstance(message.event, InstanceChanged | LeaseChanged | LinkChanged):
@@ -110,3 +126,85 @@ class HomeScreen(BaseScreen):
             return None
         key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
         return self._instances.get(key)
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def _selected_or_say(self) -> Instance | None:
+        inst = self.selected_instance()
+        if inst is None:
+            self.notify("No instance selected.", severity="warning")
+        return inst
+
+    def action_extend(self) -> None:
+        inst = self._selected_or_say()
+        if inst is not None:
+            self.extend(inst, timedelta(hours=1))
+
+    @work(group="lease", exit_on_error=False)
+    async def extend(self, inst: Instance, by: timedelta) -> None:
+        try:
+            lease = await self.gapp.leases.extend(inst, by=by)
+        except Exception as exc:
+            self.notify(f"{inst.name}: could not extend: {exc}", severity="error")
+            return
+        left = format_remaining(lease.remaining(self.gapp.now()))
+        self.notify(f"{inst.name}: release in {left}")
+
+    def action_timer(self) -> None:
+        inst = self._selected_or_say()
+        if inst is None:
+            return
+        from gputui.ui.dialogs import TimerDialog
+
+        lease = self._leases.get(inst.id)
+        current = lease.release_at if lease else None
+        self.app.push_screen(TimerDialog(inst.name, current, self.gapp.now),
+                             lambda result: self._timer_chosen(inst, result))
+
+    def _timer_chosen(self, inst: Instance, result: object) -> None:
+        if result is None:
+            return
+        self.set_timer_to(inst, result)
+
+    @work(group="lease", exit_on_error=False)
+    async def set_timer_to(self, inst: Instance, result: object) -> None:
+        try:
+            if result == "none":
+                await self.gapp.leases.remove_timer(inst)
+                self.notify(f"{inst.name}: no timer — it bills until you release it",
+                            severity="warning")
+            else:
+                lease = await self.gapp.leases.extend(inst, to=result)  # type: ignore[arg-type]
+                self.notify(f"{inst.name}: release in "
+                            f"{format_remaining(lease.remaining(self.gapp.now()))}")
+        except Exception as exc:
+            self.notify(f"{inst.name}: {exc}", severity="error")
+
+    def action_release(self) -> None:
+        inst = self._selected_or_say()
+        if inst is None:
+            return
+        from gputui.ui.create import ConfirmScreen
+
+        cost = format_money(inst.accrued(self.gapp.now()), inst.billing.currency)
+        self.app.push_screen(
+            ConfirmScreen(f"Release [b]{inst.name}[/b] ({inst.gpu_count}× {inst.gpu}) now?\n\n"
+                          f"It has cost {cost} so far. Its disk and running processes are gone "
+                          "for good.", "Release", "Keep it"),
+            lambda yes: self.release(inst) if yes else None)
+
+    @work(group="lease", exit_on_error=False)
+    async def release(self, inst: Instance) -> None:
+        try:
+            entry = await self.gapp.services.release(inst, "manual")
+        except Exception as exc:
+            self.notify(f"{inst.name}: {exc}", severity="error")
+            return
+        if entry is not None:
+            self.notify(f"{inst.name} released: {format_money(entry.total, entry.currency)} in all")
+
+    def action_monitor(self) -> None:
+        inst = self.selected_instance()
+        self.gapp.action_goto("monitor")
+        if inst is not None:
+            self.gapp.focus_instance = inst.id

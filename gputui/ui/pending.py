@@ -29,15 +29,6 @@ class CatalogScreen(PendingScreen):
     )
 
 
-class CreateScreen(PendingScreen):
-    TITLE = "New instance"
-    BODY = (
-        "[b]New instance[/b]\n\nPick a provider and offer, GPU count and a release timer; "
-        "the instance then appears on the home screen with its countdown.\n\n"
-        "From a shell: gputui create --provider sandbox --gpu 4090"
-    )
-
-
 class MonitorScreen(PendingScreen):
     TITLE = "Monitor"
     BODY = (

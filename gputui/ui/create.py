@@ -1,0 +1,335 @@
+"""New instance: provider, offer, GPUs, image, disk, label, and the release timer — with the cost
+up to the release time shown before anything is rented."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+
+from gputui.config import parse_duration
+from gputui.models import Lease, Offer, as_utc
+from gputui.services.views import format_money, format_remaining
+from gputui.ui.base import BaseScreen
+
+COUNTS = [1, 2, 4, 8]
+
+
+def parse_release(text: str, now: datetime) -> datetime:
+    """`2h`, `90m`, `1h30m` from now, or a local clock time `18:30` (tomorrow if past)."""
+    raw = text.strip()
+    if ":" in raw and len(raw) <= 5:
+        try:
+            hh, mm = (int(x) for x in raw.split(":"))
+            local = now.astimezone().replace(hour=hh, minute=mm, second=0, microsecond=0)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a clock time (try 18:30)") from None
+        if local <= now:
+            local += timedelta(days=1)
+        return as_utc(local)
+    delta = parse_duration(raw)
+    if delta < timedelta(minutes=1):
+        raise ValueError("the timer must be at least 1 minute")
+    if delta > timedelta(days=366):
+        raise ValueError("the timer must be under a year")
+    return now + delta
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question; `y` or enter confirms, `n` or escape declines."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > VerticalScroll {
+        width: 64; max-width: 100%; height: auto; border: thick $warning;
+        background: $surface; padding: 1 2;
+    }
+    ConfirmScreen Horizontal { height: auto; margin-top: 1; }
+    ConfirmScreen Button { margin-right: 2; }
+    """
+
+    def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
+        super().__init__()
+        self.question, self.yes, self.no = question, yes, no
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.question, id="question")
+            with Horizontal():
+                yield Button(f"{self.yes} (y)", variant="warning", id="yes")
+                yield Button(f"{self.no} (n)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class CreateScreen(BaseScreen):
+    TITLE = "New instance"
+    BINDINGS = [
+        Binding("ctrl+s", "create", "Create"),
+        Binding("escape", "app.goto('home')", "Back", show=False),
+    ]
+    DEFAULT_CSS = """
+    CreateScreen #form { padding: 0 1; }
+    CreateScreen .row { height: 1; margin-bottom: 1; }
+    CreateScreen .row Label { width: 12; }
+    CreateScreen .row Input, CreateScreen .row Select { width: 1fr; }
+    CreateScreen #idle-util, CreateScreen #idle-minutes { width: 10; }
+    CreateScreen #idle-note { width: 1fr; color: $text-muted; padding-left: 1; }
+    CreateScreen #no-timer { width: auto; height: 1; border: none; padding: 0; margin-left: 1; }
+    CreateScreen #summary { padding: 0 1; border-top: solid $primary; height: auto; }
+    CreateScreen #error { color: $error; padding: 0 1; height: auto; }
+    CreateScreen #progress { color: $success; padding: 0 1; height: auto; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offers: list[Offer] = []
+        self.busy = False
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="form"):
+            with Horizontal(classes="row"):
+                yield Label("Provider")
+                providers = [(getattr(p, "label", n), n)
+                             for n, p in self.gapp.services.providers.items() if n != "ssh"]
+                yield Select(providers, id="provider", compact=True, prompt="no provider",
+                             value=providers[0][1] if providers else Select.NULL)
+            with Horizontal(classes="row"):
+                yield Label("GPU")
+                yield Select([], id="offer", compact=True, prompt="choose a GPU")
+            with Horizontal(classes="row"):
+                yield Label("GPUs")
+                yield Select([(str(c), c) for c in COUNTS], id="count", value=1,
+                             compact=True, allow_blank=False)
+            with Horizontal(classes="row"):
+                yield Label("Image")
+                yield Select([], id="image", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("Disk GB")
+                yield Input("50", id="disk", compact=True, type="number")
+            with Horizontal(classes="row"):
+                yield Label("Task label")
+                yield Input(placeholder="e.g. qwen-lora", id="name", compact=True, max_length=64)
+            with Horizontal(classes="row"):
+                yield Label("Release in")
+                yield Input(id="release", compact=True, placeholder="2h, 90m or 18:30")
+                yield Checkbox("No timer", id="no-timer", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("Idle off")
+                yield Input(id="idle-util", compact=True, placeholder="util %", type="number")
+                yield Input(id="idle-minutes", compact=True, placeholder="minutes", type="integer")
+                yield Static("optional: all GPUs under util % for N min",
+                             id="idle-note")
+            yield Static("", id="summary")
+            yield Static("", id="error")
+            yield Static("", id="progress")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#release", Input).value = self.gapp.config.lease.default_release
+        self.load_offers()
+        self.query_one("#offer", Select).focus()
+
+    @on(Select.Changed, "#provider")
+    def provider_changed(self) -> None:
+        self.load_offers()
+
+    @work(exclusive=True, group="offers", exit_on_error=False)
+    async def load_offers(self) -> None:
+        name = self.query_one("#provider", Select).value
+        if not isinstance(name, str):
+            return
+        try:
+            self.offers = await self.gapp.services.offers(name)
+        except Exception as exc:
+            self.query_one("#error", Static).update(f"cannot list offers: {exc}")
+            return
+        select = self.query_one("#offer", Select)
+        select.set_options([
+            (f"{o.gpu} · {o.vram_gb:g} GB · {format_money(o.price_per_gpu_hour)}/GPU·h"
+             + ("" if o.available else " · sold out"), o.offer_id)
+            for o in self.offers
+        ])
+        if self._preselect:
+            self.preselect(self._preselect)
+        self.update_summary()
+
+    _preselect: str | None = None
+
+    def preselect(self, gpu_name: str) -> None:
+        """Open with a card chosen (from the catalog)."""
+        self._preselect = gpu_name
+        for offer in self.offers:
+            if offer.gpu == gpu_name:
+                self.query_one("#offer", Select).value = offer.offer_id
+                self._preselect = None
+                return
+
+    def selected_offer(self) -> Offer | None:
+        value = self.query_one("#offer", Select).value
+        return next((o for o in self.offers if o.offer_id == value), None)
+
+    @on(Select.Changed, "#offer")
+    def offer_changed(self) -> None:
+        offer = self.selected_offer()
+        image = self.query_one("#image", Select)
+        images = offer.images if offer else []
+        image.set_options([(i, i) for i in images])
+        if images:
+            image.value = images[0]
+        self.update_summary()
+
+    @on(Select.Changed, "#count")
+    @on(Input.Changed)
+    @on(Checkbox.Changed)
+    def inputs_changed(self) -> None:
+        self.query_one("#release", Input).disabled = self.query_one("#no-timer", Checkbox).value
+        self.update_summary()
+
+    def _release_at(self, now: datetime) -> datetime | None:
+        if self.query_one("#no-timer", Checkbox).value:
+            return None
+        return parse_release(self.query_one("#release", Input).value, now)
+
+    def update_summary(self) -> None:
+        summary = self.query_one("#summary", Static)
+        error = self.query_one("#error", Static)
+        offer = self.selected_offer()
+        if offer is None:
+            summary.update("Choose a GPU to see the price and what the job will cost.")
+            return
+        count = int(self.query_one("#count", Select).value or 1)
+        rule = offer.billing.model_copy(update={"price_per_hour": offer.price_per_gpu_hour * count})
+        now = self.gapp.now()
+        lines = [
+            f"[b]{format_money(rule.price_per_hour, rule.currency)}/h[/b] for {count}× {offer.gpu}"
+            f" · billed per {rule.granularity.value}"
+            + (f", {rule.minimum_seconds}s minimum" if rule.minimum_seconds else "")
+            + (f" · storage {format_money(rule.storage_per_gb_month)}/GB-month"
+               if rule.storage_per_gb_month else ""),
+        ]
+        if offer.source:
+            source = offer.source if len(offer.source) <= 60 else offer.source[:59] + "…"
+            lines.append(f"[dim]list price from {source}"
+                         + (f" ({offer.as_of})" if offer.as_of else "") + "[/dim]")
+        try:
+            release_at = self._release_at(now)
+            error.update("")
+        except ValueError as exc:
+            error.update(f"Release: {exc}")
+            summary.update("\n".join(lines))
+            return
+        if release_at is None:
+            lines.append("[b reverse] NO TIMER [/] bills until you release it by hand")
+        else:
+            seconds = (release_at - now).total_seconds()
+            disk = self._disk()
+            projected = rule.compute_cost(seconds) + rule.storage_cost(disk, seconds)
+            lines.append(
+                f"Released at {release_at.astimezone():%a %H:%M} (in {format_remaining(seconds)})"
+                f" · projected cost [b]{format_money(projected, rule.currency)}[/b]"
+            )
+        summary.update("\n".join(lines))
+
+    def _disk(self) -> float:
+        try:
+            return max(0.0, float(self.query_one("#disk", Input).value or 0))
+        except ValueError:
+            return 0.0
+
+    # -- creating -----------------------------------------------------------------------------------
+
+    def action_create(self) -> None:
+        if self.busy:
+            return
+        error = self.query_one("#error", Static)
+        offer = self.selected_offer()
+        if offer is None:
+            error.update("Choose a GPU first.")
+            return
+        try:
+            release_at = self._release_at(self.gapp.now())
+        except ValueError as exc:
+            error.update(f"Release: {exc}")
+            return
+        util_text = self.query_one("#idle-util", Input).value.strip()
+        minutes_text = self.query_one("#idle-minutes", Input).value.strip()
+        idle_util = idle_minutes = None
+        if util_text or minutes_text:
+            try:
+                idle_util, idle_minutes = float(util_text), int(minutes_text)
+                if not (0 < idle_util <= 100 and 1 <= idle_minutes <= 1440):
+                    raise ValueError
+            except ValueError:
+                error.update("Idle off: give both a utilisation (1-100 %) and minutes (1-1440).")
+                return
+        disk = self._disk()
+        if disk > 100_000:
+            error.update("Disk: at most 100000 GB.")
+            return
+        lease = Lease(instance_id="pending", release_at=release_at,
+                      no_timer_confirmed=release_at is None,
+                      idle_util_pct=idle_util, idle_minutes=idle_minutes)
+        if release_at is None:
+            def confirmed(yes: bool | None) -> None:
+                if yes:
+                    self.rent(offer, lease, disk)
+
+            self.app.push_screen(ConfirmScreen(
+                "[b]No release timer[/b]\n\nThis instance will bill until you release it by hand. "
+                "It will carry a warning badge for as long as it runs.", "Rent without a timer",
+                "Go back"), confirmed)
+            return
+        self.rent(offer, lease, disk)
+
+    @work(exclusive=True, group="create", exit_on_error=False)
+    async def rent(self, offer: Offer, lease: Lease, disk: float) -> None:
+        from gputui.providers.base import CreateRequest
+
+        self.busy = True
+        progress = self.query_one("#progress", Static)
+        error = self.query_one("#error", Static)
+        steps: list[str] = []
+
+        def say(step: str) -> None:
+            steps.append(step)
+            progress.update(" → ".join(steps) + (" …" if step != "running" else " ✓"))
+
+        name = self.query_one("#name", Input).value.strip() or offer.gpu.split()[-1].lower()
+        count = int(self.query_one("#count", Select).value or 1)
+        image = self.query_one("#image", Select).value
+        try:
+            request = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=name,
+                                    disk_gb=disk, image=image if isinstance(image, str) else None)
+            inst = await self.gapp.services.create(offer.provider, offer, request, lease=lease,
+                                                   progress=say)
+            say("arming the release timer")
+            await self.gapp.leases.arm(inst)
+            steps[-1] = "running"
+            progress.update(" → ".join(steps) + " ✓")
+        except Exception as exc:
+            error.update(f"Could not create: {exc}")
+            self.busy = False
+            return
+        self.busy = False
+        self.notify(f"{inst.name} is running: {count}× {offer.gpu}", title="Created")
+        self.query_one("#name", Input).value = ""
+        self.app.call_later(self.gapp.action_goto, "home")
+

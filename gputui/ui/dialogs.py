@@ -1,0 +1,65 @@
+"""Small dialogs: the release timer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from gputui.services.views import format_remaining
+
+
+class TimerDialog(ModalScreen[object]):
+    """Set a new release time: `2h` / `90m` from now, a clock time `18:30`, or `none`.
+
+    Dismisses with a datetime (UTC), the string "none" (confirmed), or None (cancelled).
+    """
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    DEFAULT_CSS = """
+    TimerDialog { align: center middle; }
+    TimerDialog > VerticalScroll {
+        width: 64; max-width: 100%; height: auto; border: round $primary;
+        background: $surface; padding: 1 2;
+    }
+    TimerDialog #timer-error { color: $error; height: auto; }
+    """
+
+    def __init__(self, name: str, current: datetime | None, now: Callable[[], datetime]) -> None:
+        super().__init__()
+        self.inst_name, self.current, self.now = name, current, now
+        self._none_pending = False
+
+    def compose(self) -> ComposeResult:
+        left = format_remaining((self.current - self.now()).total_seconds()) if self.current else "no timer"
+        with VerticalScroll():
+            yield Static(f"[b]Release timer for {self.inst_name}[/b] (now: {left})\n"
+                         "Type 2h or 90m from now, a clock time like 18:30, or none.")
+            yield Input(placeholder="2h", id="timer-input")
+            yield Static("", id="timer-error")
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        from gputui.ui.create import parse_release
+
+        text = event.value.strip().lower()
+        error = self.query_one("#timer-error", Static)
+        if text in ("none", "off", "no"):
+            if not self._none_pending:
+                self._none_pending = True
+                error.update("No timer means it bills until you release it by hand. "
+                             "Press enter again to confirm.")
+                return
+            self.dismiss("none")
+            return
+        self._none_pending = False
+        try:
+            self.dismiss(parse_release(text, self.now()))
+        except ValueError as exc:
+            error.update(str(exc))
