@@ -44,6 +44,9 @@ class TimerDialog(ModalScreen[object]):
             yield Input(placeholder="2h", id="timer-input")
             yield Static("", id="timer-error")
 
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
         from gputui.ui.create import parse_release
