@@ -57,6 +57,7 @@ def cmd_instances(args: argparse.Namespace) -> int:
     from gputui.services.views import format_money, format_remaining, instance_view
 
     store = _open_store()
+    _refresh_quietly(args, store)
     items = store.instances_sync(live_only=not args.all)
     leases = {lease.instance_id: lease for lease in store.leases_sync()}
     views = [instance_view(i, leases.get(i.id)) for i in items]
@@ -75,6 +76,31 @@ def cmd_instances(args: argparse.Namespace) -> int:
         print(f"{v['name'][:16]:<16} {v['provider'][:9]:<9} {gpu[:22]:<22} {v['status']:<9} "
               f"{left:<10} {format_money(inst.accrued(), v['currency']):>9}")
     return 0
+
+
+def _refresh_quietly(args: argparse.Namespace, store) -> None:
+    """Bring live instances up to date with their providers (a power-off or a scheduled
+    termination that happened while nothing ran). Providers that need the network are not
+    asked here; `gputui reap` does the full round."""
+    import asyncio
+
+    live = [i for i in store.instances_sync(live_only=True) if i.provider == "sandbox"]
+    if not live:
+        return
+    from gputui.services.hub import ServiceError
+
+    async def refresh() -> None:
+        services = _services(args, store)
+        try:
+            for inst in live:
+                try:
+                    await services.refresh(inst)
+                except ServiceError as exc:
+                    print(f"gputui: {inst.name}: {exc}", file=sys.stderr)
+        finally:
+            await services.close()
+
+    asyncio.run(refresh())
 
 
 @command("config")
@@ -186,17 +212,31 @@ def _lease_from_args(args: argparse.Namespace, services):  # -> Lease
             delta = parse_duration(text)
         except ValueError as exc:
             raise CommandError(f"--release-after: {exc}", EXIT_BAD_INPUT) from None
-        if delta.total_seconds() < 60 or delta.days > 366:
-            raise CommandError(f"--release-after: {text!r} must be between 1 minute and a year",
+        if delta.total_seconds() < 1 or delta.days > 366:
+            raise CommandError(f"--release-after: {text!r} must be between 1 second and a year",
                                EXIT_BAD_INPUT)
         release_at = utcnow() + delta
-    idle = (args.idle_util, args.idle_minutes)
-    if (idle[0] is None) != (idle[1] is None):
-        raise CommandError("--idle-util and --idle-minutes go together", EXIT_BAD_INPUT)
-    if idle[0] is not None and not (0 < idle[0] <= 100 and 1 <= idle[1] <= 24 * 60):
-        raise CommandError("--idle-util is 1-100 (%) and --idle-minutes 1-1440", EXIT_BAD_INPUT)
+    idle_util = idle_minutes = None
+    if args.idle:
+        idle_util, idle_minutes = _parse_idle(args.idle)
     return Lease(instance_id="pending", release_at=release_at, no_timer_confirmed=args.no_timer,
-                 idle_util_pct=idle[0], idle_minutes=idle[1])
+                 idle_util_pct=idle_util, idle_minutes=idle_minutes)
+
+
+def _parse_idle(text: str) -> tuple[float, float]:
+    """`30m@5%`: power off once every GPU stays under 5 % utilisation for 30 minutes."""
+    from gputui.config import parse_duration
+
+    try:
+        span, _, pct = text.partition("@")
+        minutes = parse_duration(span).total_seconds() / 60
+        util = float(pct.strip().rstrip("%"))
+    except ValueError:
+        raise CommandError(f"--idle: {text!r} is not DURATION@PCT% (e.g. 30m@5%)",
+                           EXIT_BAD_INPUT) from None
+    if not (0 < util <= 100) or not (0 < minutes <= 24 * 60):
+        raise CommandError("--idle: utilisation 1-100 % over at most 24 h", EXIT_BAD_INPUT)
+    return util, minutes
 
 
 def _parse_clock(text: str):  # -> datetime (UTC)
@@ -413,9 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--release-at", metavar="TIME", help="auto-release at a clock time: 18:30")
     t.add_argument("--no-timer", action="store_true", help="no auto-release (needs --yes)")
     s.add_argument("--yes", action="store_true", help="confirm --no-timer")
-    s.add_argument("--idle-util", type=float, metavar="PCT",
-                   help="idle release: every GPU under PCT %% ...")
-    s.add_argument("--idle-minutes", type=int, metavar="N", help="... for N minutes")
+    s.add_argument("--idle", metavar="SPAN@PCT%",
+                   help="idle release: power off when every GPU stays under PCT %% for SPAN, e.g. 30m@5%%")
 
     s = sub.add_parser("extend", help="move an instance's release time")
     s.add_argument("name", help="instance name or id")

@@ -228,14 +228,15 @@ class Lease(_Model):
     release_at: datetime | None = None  # None: no timer (the user confirmed it)
     no_timer_confirmed: bool = False
     idle_util_pct: float | None = None  # idle release: all GPUs below this...
-    idle_minutes: int | None = None  # ...for this long
+    idle_minutes: float | None = None  # ...for this long
+    armed_for: datetime | None = None  # the release_at layers 1 and 2 were last armed for
     on_instance_armed: bool = False  # layer 1: shutdown scheduled on the instance
     provider_armed: bool = False  # layer 2: provider-side scheduled termination
     warned: list[int] = Field(default_factory=list)  # minutes-before warnings already given
     state: LeaseState = LeaseState.ACTIVE
     updated_at: datetime = Field(default_factory=utcnow)
 
-    @field_validator("release_at", "updated_at")
+    @field_validator("release_at", "updated_at", "armed_for")
     @classmethod
     def _utc(cls, v: datetime | None) -> datetime | None:
         return None if v is None else as_utc(v)

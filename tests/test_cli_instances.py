@@ -83,3 +83,24 @@ def test_reap_releases_overdue_instances_headless(gputui_home: Path):
     again = gputui(gputui_home, "reap", "--json")
     assert json.loads(again.stdout)["released"] == []
     assert [e.end_reason for e in store.ledger_sync()] == ["timer"]
+
+
+def test_timer_holds_with_no_gputui_running(gputui_home: Path):
+    """create --release-after 3s, every gputui process exits, the deadline passes: the platform
+    stopped billing at the deadline and the next `gputui instances` shows it released."""
+    import time
+
+    out = gputui(gputui_home, "create", "--gpu", "RTX 4090", "--name", "short",
+                 "--release-after", "3s", "--json")
+    assert out.returncode == 0, out.stderr
+    item = json.loads(out.stdout)
+    deadline = datetime.fromisoformat(item["release_at"])
+    time.sleep(max(0.0, (deadline - utcnow()).total_seconds()) + 1.0)
+    listed = json.loads(gputui(gputui_home, "instances", "--json", "--all").stdout)
+    [short] = [i for i in listed if i["name"] == "short"]
+    assert short["status"] == "released" and short["end_reason"] == "timer"
+    assert datetime.fromisoformat(short["ended_at"]) == deadline
+    from gputui.providers.sandbox import PlatformRecord
+
+    record = json.loads((gputui_home / "sandbox" / "platform" / f"{item['id']}.json").read_text())
+    assert datetime.fromisoformat(PlatformRecord(**record).terminated_at) == deadline

@@ -200,3 +200,34 @@ async def test_unknown_gpu_and_ambiguous_names_are_refused(services: Services):
         await services.find_offer("sandbox", "RTX 9999")
     offer = await services.find_offer("sandbox", "h100 sxm")
     assert offer.gpu.startswith("H100") and offer.billing.granularity.value == "minute"
+
+
+async def test_idle_release_fires_when_idle_and_not_under_load(services: Services):
+    leases = LeaseService(services, idle_interval_s=1)
+    busy = await rent(services, count=1, lease=Lease(instance_id="x", idle_util_pct=10,
+                                                      idle_minutes=0.05))
+    await services.run(busy, "nohup gpu-load --gpus 0 --mem 1G --util 80 --seconds 60 "
+                             ">/dev/null 2>&1 &")
+    idle = await rent(services, count=1, lease=Lease(instance_id="y", idle_util_pct=10,
+                                                      idle_minutes=0.05))
+    for inst in (busy, idle):
+        assert (await leases.arm(inst)).on_instance_armed is False  # no timer: layer 1 is idle-only
+    await asyncio.sleep(5.5)  # 3 idle checks of 1 s, plus slack
+    await leases.reap()
+    assert services.store.get_instance_sync(idle.id).end_reason == "idle"
+    assert services.store.get_instance_sync(busy.id).status == InstanceStatus.RUNNING
+
+
+async def test_release_interrupted_by_a_crash_is_finished_at_next_start(services: Services):
+    inst = await rent(services)
+    provider = services.provider("sandbox")
+    # the console marked it releasing and asked the provider, then died before recording
+    inst = await services.store.update_instance(inst.id, lambda i: i.model_copy(update={
+        "status": InstanceStatus.RELEASING, "end_reason": "timer"}))
+    await provider.release(inst)
+    result = await LeaseService(services).reap()
+    assert result.errors == []
+    ended = services.store.get_instance_sync(inst.id)
+    assert ended.status == InstanceStatus.RELEASED and ended.end_reason == "timer"
+    [entry] = services.store.ledger_sync()
+    assert entry.total == provider.read_record(inst.id).billed()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -13,7 +13,7 @@ from gputui.models import Instance, Offer
 
 if TYPE_CHECKING:
     from gputui.config import Config
-    from gputui.remote.hostkeys import HostKeyStore
+    from gputui.remote.hostkeys import KnownHosts
     from gputui.remote.ssh import LinkPool
 
 
@@ -44,15 +44,25 @@ class Capabilities:
     simulated: bool = False
 
 
-@dataclass
 class ProviderContext:
-    """What a provider may use: its folder, the config, the SSH links and known hosts."""
+    """What a provider may use: its folder, the config, the SSH links and known hosts.
 
-    state_dir: Path
-    config: Config
-    links: LinkPool
-    host_keys: HostKeyStore
-    extra: dict[str, object] = field(default_factory=dict)
+    The links and known hosts are made on first use, so a command that only reads state
+    (`gputui instances`) never loads the SSH library.
+    """
+
+    def __init__(self, state_dir: Path, config: Config, services: Any) -> None:
+        self.state_dir = state_dir
+        self.config = config
+        self._services = services
+
+    @property
+    def links(self) -> LinkPool:
+        return self._services.links
+
+    @property
+    def host_keys(self) -> KnownHosts:
+        return self._services.known_hosts
 
 
 @runtime_checkable

@@ -56,6 +56,7 @@ class PlatformRecord:
     port: int = 0
     periods: list[list[str | None]] = field(default_factory=list)  # running periods [start, end]
     terminated_at: str | None = None
+    terminated_by: str | None = None  # "user" (the API's release) or "schedule" (layer 2)
 
     def billing_rule(self) -> BillingRule:
         return BillingRule.model_validate(self.rule)
@@ -248,34 +249,51 @@ class SandboxProvider:
             return instance
 
     async def refresh(self, instance: Instance) -> Instance:
-        """The platform's view, worked out from timestamps (a past power-off is in effect)."""
+        """The platform's view, worked out from timestamps (a past power-off is in effect).
+
+        The platform's running periods are the truth for billing: the instance's record is
+        brought in line with them.
+        """
         from gputui.providers.sandbox_shims.state import power_state
 
         rec = self.read_record(instance.id)
-        inst = instance.model_copy()
         scheduled = self.scheduled_release(instance.id)
         if not rec.terminated_at and scheduled is not None and scheduled <= utcnow():
             # Layer 2: the platform itself terminates at the scheduled time.
-            await self._terminate(rec, scheduled)
-            inst.mark_ended(scheduled, "timer")
-            inst.status_detail = "terminated by the platform's scheduled release"
-            return inst
+            await self._terminate(rec, scheduled, by="schedule")
+        if not rec.terminated_at:
+            try:
+                power = power_state(self.instance_root(instance.id))
+            except Exception as exc:  # a damaged instance folder: say so, keep the record
+                raise ProviderError(f"sandbox: {exc}") from None
+            if power.is_off and rec.periods and rec.periods[-1][1] is None:
+                assert power.at is not None
+                rec.periods[-1][1] = power.at.isoformat()
+                self._write_record(rec)
+                await self._stop_server(instance.id)
+        return self._apply_record(instance, rec)
+
+    def _apply_record(self, instance: Instance, rec: PlatformRecord) -> Instance:
+        inst = instance.model_copy()
+        closed = [p for p in rec.periods if p[1] is not None]
+        inst.billed_running_seconds = sum(
+            (datetime.fromisoformat(str(e)) - datetime.fromisoformat(str(s))).total_seconds()
+            for s, e in closed)
+        open_period = rec.periods[-1] if rec.periods and rec.periods[-1][1] is None else None
+        inst.running_since = datetime.fromisoformat(str(open_period[0])) if open_period else None
         if rec.terminated_at:
             if inst.status.live:
-                inst.mark_ended(datetime.fromisoformat(rec.terminated_at), "external")
-            return inst
-        try:
-            power = power_state(self.instance_root(instance.id))
-        except Exception as exc:  # a damaged instance folder: say so, keep the record
-            raise ProviderError(f"sandbox: {exc}") from None
-        if power.is_off and rec.periods and rec.periods[-1][1] is None:
-            assert power.at is not None
-            rec.periods[-1][1] = power.at.isoformat()
-            self._write_record(rec)
-            await self._stop_server(instance.id)
-        if power.is_off and inst.status in (InstanceStatus.RUNNING, InstanceStatus.BOOTING):
-            off_at = power.at or utcnow()
-            inst.mark_stopped(off_at)
+                reason = "timer" if rec.terminated_by == "schedule" else (inst.end_reason or "external")
+                inst.status = InstanceStatus.RELEASED
+                inst.ended_at = datetime.fromisoformat(rec.terminated_at)
+                inst.end_reason = reason  # type: ignore[assignment]
+                if rec.terminated_by == "schedule":
+                    inst.status_detail = "terminated by the platform's scheduled release"
+        elif open_period is None and rec.periods:
+            off_at = datetime.fromisoformat(str(rec.periods[-1][1]))
+            if inst.status != InstanceStatus.RELEASING:
+                inst.status = InstanceStatus.STOPPED
+            inst.stopped_at = off_at
             inst.status_detail = f"powered off at {off_at.astimezone():%H:%M:%S}"
         return inst
 
@@ -290,7 +308,7 @@ class SandboxProvider:
         if not rec.terminated_at:
             await self._terminate(rec, utcnow())
 
-    async def _terminate(self, rec: PlatformRecord, at: datetime) -> None:
+    async def _terminate(self, rec: PlatformRecord, at: datetime, by: str = "user") -> None:
         from gputui.providers.sandbox_shims.state import kill_processes, power_state
 
         root = self.instance_root(rec.id)
@@ -301,6 +319,7 @@ class SandboxProvider:
         if rec.periods and rec.periods[-1][1] is None:
             rec.periods[-1][1] = at.isoformat()
         rec.terminated_at = at.isoformat()
+        rec.terminated_by = by
         self._write_record(rec)
         await self._stop_server(rec.id)
         with contextlib.suppress(Exception):
@@ -340,8 +359,8 @@ def sandbox_offers() -> list[Offer]:
     (its source is kept); otherwise it is derived from the card's dense BF16 TFLOPS at the median
     $/TFLOP-hour of the priced cards, and says so.
     """
-    from gputui.catalog.specs import load_specs
     from gputui.catalog.prices import load_prices, lowest_price
+    from gputui.catalog.specs import load_specs
 
     specs = load_specs()
     rows = load_prices()

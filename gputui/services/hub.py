@@ -10,8 +10,9 @@ import contextlib
 import shlex
 import uuid
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputui.config import Config, ensure_state_dir
 from gputui.models import (
@@ -25,6 +26,10 @@ from gputui.models import (
 )
 from gputui.providers.base import CreateRequest, Provider, ProviderContext, ProviderError
 from gputui.store import SessionStore
+
+if TYPE_CHECKING:
+    from gputui.remote.hostkeys import KnownHosts
+    from gputui.remote.ssh import LinkPool
 
 Progress = Callable[[str], None]
 
@@ -49,22 +54,31 @@ class Services:
     ) -> None:
         from gputui.providers.sandbox import SandboxProvider
         from gputui.providers.ssh import SshProvider
-        from gputui.remote.hostkeys import KnownHosts
-        from gputui.remote.ssh import LinkPool
 
         self.store = store
         self.config = config
         self.state_dir = state_dir or ensure_state_dir()
-        self.known_hosts = KnownHosts(self.state_dir / "known_hosts")
-        options = {"config": None, "agent_path": None, "connect_timeout": 10.0}
-        options.update(link_options or {})
-        self.links = LinkPool(known_hosts=self.known_hosts, on_state=store.set_link, **options)
-        ctx = ProviderContext(state_dir=self.state_dir, config=config, links=self.links,
-                              host_keys=self.known_hosts)
+        self._link_options = {"config": None, "agent_path": None, "connect_timeout": 10.0}
+        self._link_options.update(link_options or {})
+        ctx = ProviderContext(self.state_dir, config, self)
         self.providers: dict[str, Provider] = {}
         if config.providers.sandbox.enabled:
             self.providers["sandbox"] = SandboxProvider(ctx, boot_seconds=sandbox_boot_seconds)
         self.providers["ssh"] = SshProvider(ctx)
+
+    @cached_property
+    def known_hosts(self) -> KnownHosts:
+        from gputui.remote.hostkeys import KnownHosts
+
+        return KnownHosts(self.state_dir / "known_hosts")
+
+    @cached_property
+    def links(self) -> LinkPool:
+        """One SSH link per instance, shared by every service (made on first use)."""
+        from gputui.remote.ssh import LinkPool
+
+        return LinkPool(known_hosts=self.known_hosts, on_state=self.store.set_link,
+                        **self._link_options)
 
     # -- providers and offers -------------------------------------------------------------------
 
@@ -192,37 +206,68 @@ class Services:
         if fresh == inst:
             return inst
         if not fresh.status.live and fresh.ended_at is not None:
+            if inst.status == InstanceStatus.RELEASING and inst.end_reason:
+                fresh.end_reason = inst.end_reason  # our own release, interrupted
             entry = LedgerEntry.from_instance(fresh, fresh.end_reason or "external", fresh.ended_at)
             await self.store.end_instance(inst.id, entry, fresh)
             await self._close_lease(inst.id)
             return fresh
         return await self.store.update_instance(inst.id, lambda _old: fresh)
 
-    async def release(self, inst: Instance, reason: EndReason) -> LedgerEntry | None:
-        """Release through the provider, then record the end once (ledger + lease)."""
+    async def release(self, inst: Instance, reason: EndReason, *, attempts: int = 4,
+                      backoff: float = 1.0) -> LedgerEntry | None:
+        """Release through the provider, verify it, then record the end once.
+
+        A state machine, durable at each step: the instance is marked RELEASING (with the
+        reason) before the provider is asked, so a crash in between is finished at the next
+        start; provider errors are retried with backoff; the provider is then asked again to
+        confirm the instance is gone, and an alarm is raised if it is not.
+        """
+        import asyncio
+
         if not inst.status.live:
             return None
         provider = self.provider(inst.provider)
-        inst = await self.store.update_instance(
-            inst.id, lambda i: i.model_copy(update={"status_detail": f"releasing ({reason})"}))
+        reason = inst.end_reason if inst.status == InstanceStatus.RELEASING and inst.end_reason else reason
+        inst = await self.store.update_instance(inst.id, lambda i: i.model_copy(update={
+            "status": InstanceStatus.RELEASING, "end_reason": reason,
+            "status_detail": f"releasing ({reason})"}))
+        last_error = ""
+        for attempt in range(attempts):
+            try:
+                await provider.release(inst)
+                last_error = ""
+                break
+            except ProviderError as exc:
+                last_error = str(exc)
+                await self.store.update_instance(inst.id, lambda i, m=last_error: i.model_copy(
+                    update={"status_detail": f"release failed, retrying: {m}"}))
+                if attempt + 1 < attempts:
+                    await asyncio.sleep(backoff * 2**attempt)
+        if last_error:
+            self.store.notify(f"{inst.name}: STILL BILLING — release failed: {last_error}",
+                              "error", bell=True, instance_id=inst.id)
+            raise ServiceError(f"{inst.name}: release failed: {last_error}")
+        # Verify through the provider: gone (or powered off where that stops the billing).
         try:
-            inst = await self.refresh(inst)  # a power-off in the past ends compute billing there
-        except ServiceError:
-            pass
-        if not inst.status.live:
-            return None
-        try:
-            await provider.release(inst)
-        except ProviderError as exc:
-            await self.store.update_instance(
-                inst.id, lambda i: i.model_copy(update={"status_detail": f"release failed: {exc}"}))
-            raise ServiceError(f"{inst.name}: release failed: {exc}") from None
-        ended = inst.model_copy()
-        ended.mark_ended(utcnow(), reason)
+            confirmed = await provider.refresh(inst)
+        except ProviderError:
+            confirmed = inst  # a provider that cannot tell: its release call is our evidence
+        if confirmed.status in (InstanceStatus.RUNNING, InstanceStatus.BOOTING):
+            self.store.notify(f"{inst.name}: the provider still shows it {confirmed.status.value}"
+                              " after release — check it by hand", "error", bell=True,
+                              instance_id=inst.id)
+            raise ServiceError(f"{inst.name}: still {confirmed.status.value} after release")
+        ended = confirmed.model_copy() if not confirmed.status.live else inst.model_copy()
+        if ended.status.live:
+            ended.mark_ended(utcnow(), reason)
+        ended.end_reason = reason
+        ended.status_detail = None
         entry = LedgerEntry.from_instance(ended, reason, ended.ended_at or utcnow())
         await self.store.end_instance(inst.id, entry, ended)
         await self._close_lease(inst.id, fired=reason in ("timer", "idle", "budget"))
-        await self.links.close(inst.id)
+        if "links" in self.__dict__:
+            await self.links.close(inst.id)
         return entry
 
     async def _close_lease(self, instance_id: str, *, fired: bool = False) -> None:
@@ -234,7 +279,8 @@ class Services:
                 update={"state": state}) if lease.state == LeaseState.ACTIVE else lease)
 
     async def close(self) -> None:
-        await self.links.close_all()
+        if "links" in self.__dict__:
+            await self.links.close_all()
         for provider in self.providers.values():
             closer = getattr(provider, "close", None)
             if closer is not None:

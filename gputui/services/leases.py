@@ -34,7 +34,7 @@ def shutdown_command(release_at: datetime, now: datetime | None = None) -> str:
     return f"shutdown -h +{minutes}"
 
 
-def watchdog_script(util_pct: float, minutes: int, interval_s: int = 60) -> str:
+def watchdog_script(util_pct: float, minutes: float, interval_s: int = 60) -> str:
     """A POSIX sh loop: power off once every GPU has stayed under `util_pct` for `minutes`."""
     util = shlex.quote(f"{util_pct:g}")
     need = max(1, math.ceil(minutes * 60 / interval_s))
@@ -55,7 +55,7 @@ def watchdog_script(util_pct: float, minutes: int, interval_s: int = 60) -> str:
     )
 
 
-def start_watchdog_command(util_pct: float, minutes: int, interval_s: int = 60) -> str:
+def start_watchdog_command(util_pct: float, minutes: float, interval_s: int = 60) -> str:
     script = watchdog_script(util_pct, minutes, interval_s)
     return (
         f"cat > {WATCHDOG_FILE} <<'GPUTUI_EOF'\n{script}GPUTUI_EOF\n"
@@ -74,8 +74,10 @@ class ReapResult:
 
 
 class LeaseService:
-    def __init__(self, services: Services, warn_minutes: tuple[int, ...] = WARN_MINUTES) -> None:
+    def __init__(self, services: Services, warn_minutes: tuple[int, ...] = WARN_MINUTES,
+                 *, idle_interval_s: int = 60) -> None:
         self.services = services
+        self.idle_interval_s = idle_interval_s
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -104,6 +106,7 @@ class LeaseService:
         lease = await self.store.update_lease(inst.id, lambda le: le.model_copy(update={
             "on_instance_armed": on_instance and le.release_at is not None,
             "provider_armed": provider_armed and le.release_at is not None,
+            "armed_for": lease.release_at,
         }))
         for problem in problems:
             self.store.notify(f"{inst.name}: {problem} (the console still releases it on time)",
@@ -115,7 +118,8 @@ class LeaseService:
         if lease.release_at is not None:
             commands.append(shutdown_command(lease.release_at))
         if lease.idle_util_pct is not None and lease.idle_minutes:
-            commands.append(start_watchdog_command(lease.idle_util_pct, lease.idle_minutes))
+            commands.append(start_watchdog_command(lease.idle_util_pct, lease.idle_minutes,
+                                                   self.idle_interval_s))
         result = await self.services.run(inst, "\n".join(commands), timeout=30)
         if result.exit_status != 0:
             err = (result.stderr or result.stdout).strip().splitlines()
@@ -186,10 +190,18 @@ class LeaseService:
                     self.store.notify(f"{inst.name}: could not release: {exc}", "error",
                                       bell=True, instance_id=inst.id)
                 continue
+            if lease.armed_for != lease.release_at and inst.status == InstanceStatus.RUNNING:
+                # a change that was stored but not acted on (a crash in between): act now
+                try:
+                    await self.arm(inst)
+                except ServiceError as exc:
+                    result.errors.append(f"{inst.name}: re-arming: {exc}")
             await self._warn(inst, lease, now, result)
         return result
 
     def _due(self, inst: Instance, lease: Lease, now: datetime) -> str | None:
+        if inst.status == InstanceStatus.RELEASING:
+            return inst.end_reason or "manual"  # a release interrupted (crash): finish it
         if lease.release_at is not None and lease.release_at <= now:
             return "timer"
         if inst.status == InstanceStatus.STOPPED:
