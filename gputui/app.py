@@ -17,12 +17,12 @@ from gputui.services.hub import Services
 from gputui.services.leases import LeaseService
 from gputui.store import InstanceChanged, Notice, SessionStore
 from gputui.ui.base import BaseScreen
+from gputui.ui.costs import CostsScreen
 from gputui.ui.create import CreateScreen
 from gputui.ui.help import HelpScreen
 from gputui.ui.home import HomeScreen
 from gputui.ui.pending import (
     CatalogScreen,
-    CostsScreen,
     MonitorScreen,
     OllamaScreen,
 )

@@ -103,6 +103,33 @@ def _refresh_quietly(args: argparse.Namespace, store) -> None:
     asyncio.run(refresh())
 
 
+@command("costs")
+def cmd_costs(args: argparse.Namespace) -> int:
+    from gputui.services.costs import export_rows, to_csv, totals
+    from gputui.services.views import format_money
+
+    store = _open_store()
+    _refresh_quietly(args, store)
+    instances, ledger = store.instances_sync(), store.ledger_sync()
+    rows = export_rows(ledger, instances)
+    if args.csv:
+        sys.stdout.write(to_csv(rows))
+        return 0
+    if args.json:
+        _print_json(rows)
+        return 0
+    from gputui.models import utcnow
+
+    t = totals(instances, ledger, utcnow())
+    print(f"now {format_money(t.rate)}/h · live instances {format_money(t.accrued_live)} · "
+          f"today {format_money(t.today)} · this month {format_money(t.month)}")
+    for row in rows:
+        state = "running" if row["running"] else row["end_reason"]
+        print(f"  {row['name'][:20]:<20} {row['gpu_count']}× {row['gpu'][:22]:<22} "
+              f"{state:<8} {row['total']:>10} {row['currency']}")
+    return 0
+
+
 @command("config")
 def cmd_config(args: argparse.Namespace) -> int:
     from gputui.config import Config, config_path, load_config, save_config
@@ -484,6 +511,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("release", help="release an instance now (stops the billing)")
     s.add_argument("name", help="instance name or id")
     s.add_argument("--json", action="store_true", help="print the ledger entry as JSON")
+
+    s = sub.add_parser("costs", help="the ledger and what is billing now")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--csv", action="store_true", help="export every entry (and running ones) as CSV")
+    g.add_argument("--json", action="store_true", help="the same as JSON")
 
     s = sub.add_parser("config", help="the config file")
     s.add_argument("config_cmd", choices=["init", "path", "check"])

@@ -48,6 +48,9 @@ class Granularity(StrEnum):
 
 
 PackageKind = Literal["hourly", "daily", "weekly", "monthly", "spot"]
+# Packages are bought whole: a daily package bills started days (its price_per_hour is the
+# package price spread over its hours).
+PACKAGE_SECONDS = {"daily": 86400, "weekly": 7 * 86400, "monthly": 30 * 86400}
 
 
 class BillingRule(_Model):
@@ -64,7 +67,7 @@ class BillingRule(_Model):
         """Running seconds rounded up to the granularity, with the minimum applied."""
         if seconds <= 0:
             return 0
-        step = self.granularity.seconds
+        step = max(self.granularity.seconds, PACKAGE_SECONDS.get(self.package, 0))
         # A tiny epsilon keeps float noise (3600.0000001) from costing a whole extra hour.
         units = math.ceil(round(seconds, 6) / step)
         return max(units * step, self.minimum_seconds)

@@ -78,6 +78,9 @@ class LeaseService:
                  *, idle_interval_s: int = 60) -> None:
         self.services = services
         self.idle_interval_s = idle_interval_s
+        from gputui.services.costs import BudgetWatch
+
+        self.budget_watch = BudgetWatch()
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -197,7 +200,31 @@ class LeaseService:
                 except ServiceError as exc:
                     result.errors.append(f"{inst.name}: re-arming: {exc}")
             await self._warn(inst, lease, now, result)
+        await self._budgets(now, result)
         return result
+
+    async def _budgets(self, now: datetime, result: ReapResult) -> None:
+        """Alerts at 80 % and 100 % of the caps; at 100 %, release if the user asked for it."""
+        budget = self.services.config.budget
+        if budget.daily is None and budget.monthly is None and budget.per_instance is None:
+            return
+        instances = await self.store.instances()
+        ledger = await self.store.ledger()
+        for alert in self.budget_watch.check(budget, instances, ledger, now):
+            self.store.notify(alert.text, "warning" if alert.level < 100 else "error", bell=True,
+                              instance_id=alert.instance_id)
+            if alert.level < 100 or not budget.release_at_cap:
+                continue
+            targets = [i for i in instances if i.status.live and
+                       (alert.instance_id is None or i.id == alert.instance_id)]
+            for inst in targets:
+                try:
+                    await self.services.release(inst, "budget")
+                    result.released.append(inst.name)
+                    self.store.notify(f"{inst.name} released: budget cap reached", "error",
+                                      bell=True, instance_id=inst.id)
+                except ServiceError as exc:
+                    result.errors.append(str(exc))
 
     def _due(self, inst: Instance, lease: Lease, now: datetime) -> str | None:
         if inst.status == InstanceStatus.RELEASING:

@@ -43,11 +43,3 @@ class OllamaScreen(PendingScreen):
         "[b]Ollama[/b]\n\nInstalled and running models on an instance, pulls with progress, "
         "and the GPUs Ollama may use (CUDA_VISIBLE_DEVICES)."
     )
-
-
-class CostsScreen(PendingScreen):
-    TITLE = "Costs"
-    BODY = (
-        "[b]Costs[/b]\n\nWhat each instance costs right now, today and this month; "
-        "budgets, and the ledger of ended instances."
-    )

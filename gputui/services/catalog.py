@@ -1,0 +1,641 @@
+"""The catalog as the console and the commands see it: the card table (filters, sorting,
+price-performance), the fit question and the job cost — plain functions, no Textual.
+
+The three commands (`catalog_command`, `fit_command`, `cost_command`) print to stdout and
+return 0. Bad input raises `gputui.catalog.CatalogError` (its subclasses `UnknownGpu`,
+`AmbiguousGpu`, `FitError` included) with a one-line message; the command line turns it into
+that line on stderr and exit code 2.
+
+Prices are reference prices: dated public figures (each with `as_of` and `source`) and the
+user's own from config.toml, never live quotes. Everything printed says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, TextIO
+
+from gputui.catalog import (
+    CatalogError,
+    FitError,
+    GpuSpec,
+    PricePerf,
+    PriceRow,
+    cards_that_fit,
+    custom_model,
+    estimate_fit,
+    get_model,
+    job_costs,
+    load_prices,
+    load_specs,
+    match_card,
+    package_break_evens,
+    price_performance,
+    rows_for,
+)
+from gputui.catalog.fit import FitEstimate, FitOption
+from gputui.catalog.jobcost import BreakEven, JobCost
+
+PRICE_NOTE = "reference prices with their date, not live quotes"
+INTERCONNECTS = ("nvlink", "pcie")
+
+# --- prices -------------------------------------------------------------------------------------
+
+
+def catalog_prices(config: Any = None) -> list[PriceRow]:
+    """Reference prices with the user's `[[prices]]` from config.toml applied (see
+    `load_prices`). Raises `CatalogError` naming a bad config row."""
+    overrides = []
+    for p in getattr(config, "prices", None) or []:
+        data = p.model_dump(exclude_none=True) if hasattr(p, "model_dump") else dict(p)
+        overrides.append(data)
+    return load_prices(overrides or None)
+
+
+# --- the card table -----------------------------------------------------------------------------
+
+
+def short_name(name: str) -> str:
+    """A card name for a narrow column: 'GeForce RTX 4090 D (China SKU)' -> 'RTX 4090 D CN'."""
+    name = name.replace("GeForce ", "").replace("NVIDIA ", "").replace("Tesla ", "")
+    name = name.replace(" (China SKU)", " CN").replace(" Generation", "")
+    return re.sub(r"\s*\(HGX [^)]*\)", "", name).strip()
+
+
+def architecture_family(spec: GpuSpec) -> str:
+    """'Ada Lovelace (AD102)' -> 'Ada Lovelace'."""
+    return spec.architecture.split("(")[0].strip()
+
+
+def link_label(spec: GpuSpec) -> str:
+    """Short interconnect: 'NVLink 900', 'NVL bridge 112', 'PCIe 4'."""
+    if not spec.has_nvlink:
+        return f"PCIe {spec.pcie_gen}"
+    if spec.nvlink_kind == "bridge-2gpu":
+        return f"NVL bridge {spec.nvlink_gbs:.0f}"
+    return f"NVLink {spec.nvlink_gbs:g}"
+
+
+@dataclass(frozen=True)
+class CardRow:
+    """One card of the table: its spec, its price rows (after the provider filter) and the
+    price-performance at the lowest of them."""
+
+    spec: GpuSpec
+    perf: PricePerf
+    prices: tuple[PriceRow, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def lowest(self) -> PriceRow | None:
+        return self.perf.lowest
+
+    def as_dict(self) -> dict[str, Any]:
+        s, p = self.spec, self.perf
+        low = p.lowest
+        return {
+            "key": s.key,
+            "name": s.name,
+            "architecture": s.architecture,
+            "form_factor": s.form_factor,
+            "vram_gb": s.vram_gb,
+            "memory_type": s.memory_type,
+            "memory_bandwidth_gbs": s.memory_bandwidth_gbs,
+            "fp32_tflops": s.fp32_tflops,
+            "bf16_tflops": s.bf16_tflops,
+            "fp16_tflops": s.fp16_tflops,
+            "fp8_tflops": s.fp8_tflops,
+            "int8_tops": s.int8_tops,
+            "tensor_figures": s.tensor_figures,
+            "tdp_w": s.tdp_w,
+            "nvlink_gbs": s.nvlink_gbs,
+            "nvlink_kind": s.nvlink_kind,
+            "interconnect": s.interconnect,
+            "pcie_gen": s.pcie_gen,
+            "source": s.source,
+            "lowest_price": None if low is None else _price_dict(low),
+            "usd_per_gpu_hour": _num(p.usd_per_gpu_hour),
+            "usd_per_bf16_tflop_hour": _num(p.usd_per_bf16_tflop_hour),
+            "usd_per_gb_vram_hour": _num(p.usd_per_gb_vram_hour),
+            "bandwidth_gbs_per_usd_hour": _num(p.bandwidth_gbs_per_usd_hour),
+            "prices": [_price_dict(r) for r in self.prices],
+        }
+
+
+def _num(d: Decimal | None) -> float | None:
+    return None if d is None else float(d)
+
+
+def _price_dict(r: PriceRow) -> dict[str, Any]:
+    usd = r.price_per_gpu_hour if r.currency == "USD" else None
+    return {
+        "provider": r.provider,
+        "tier": r.tier,
+        "usd_per_gpu_hour": _num(usd),
+        "price_per_gpu_hour": str(r.price_per_gpu_hour),
+        "currency": r.currency,
+        "billing": r.granularity.value,
+        "minimum_seconds": r.minimum_seconds,
+        "package": r.package,
+        "gpu_counts": list(r.gpu_counts),
+        "as_of": r.as_of,
+        "source": r.source,
+        "user": r.user,
+    }
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the card table: how to read, show and sort it."""
+
+    key: str
+    label: str  # short, for the console header
+    title: str  # long, for help and the command's --sort list
+    value: Callable[[CardRow], Any]  # None = no figure (always sorted last)
+    show: Callable[[CardRow], str]
+    descending: bool = False  # the natural order: best first
+    numeric: bool = True
+
+
+def _money(d: Decimal | None, places: int = 2) -> str:
+    if d is None:
+        return "—"
+    return f"${d:,.{places}f}"
+
+
+def _fig(v: float, unit: str = "") -> str:
+    if not v:
+        return "—"
+    text = f"{v:,.0f}" if v >= 100 else f"{v:g}"
+    return f"{text}{unit}"
+
+
+def _as_of(row: CardRow) -> str:
+    return row.lowest.as_of if row.lowest else "—"
+
+
+def _where(row: CardRow) -> str:
+    return row.lowest.label if row.lowest else "—"
+
+
+# Most important first: a narrow terminal cuts from the right.
+COLUMNS: tuple[Column, ...] = (
+    Column("name", "GPU", "card name", lambda r: r.spec.name.lower(),
+           lambda r: short_name(r.spec.name), numeric=False),
+    Column("vram", "VRAM", "memory, GB", lambda r: r.spec.vram_gb,
+           lambda r: f"{r.spec.vram_gb:g} GB", descending=True),
+    Column("price", "$/GPU·h", "lowest price per GPU-hour", lambda r: r.perf.usd_per_gpu_hour,
+           lambda r: _money(r.perf.usd_per_gpu_hour)),
+    Column("bandwidth", "GB/s", "memory bandwidth, GB/s", lambda r: r.spec.memory_bandwidth_gbs,
+           lambda r: _fig(r.spec.memory_bandwidth_gbs), descending=True),
+    Column("bf16", "BF16 TF", "dense BF16 tensor TFLOPS", lambda r: r.spec.bf16_tflops or None,
+           lambda r: _fig(r.spec.bf16_tflops), descending=True),
+    Column("fp8", "FP8 TF", "dense FP8 tensor TFLOPS", lambda r: r.spec.fp8_tflops or None,
+           lambda r: _fig(r.spec.fp8_tflops), descending=True),
+    Column("usd_per_tflop", "$/TF·h", "$ per dense BF16 TFLOP-hour",
+           lambda r: r.perf.usd_per_bf16_tflop_hour,
+           lambda r: _money(r.perf.usd_per_bf16_tflop_hour, 4)),
+    Column("usd_per_gb", "$/GB·h", "$ per GB of VRAM per hour", lambda r: r.perf.usd_per_gb_vram_hour,
+           lambda r: _money(r.perf.usd_per_gb_vram_hour, 4)),
+    Column("bw_per_usd", "GB/s per $", "memory bandwidth per $/hour",
+           lambda r: r.perf.bandwidth_gbs_per_usd_hour,
+           lambda r: "—" if r.perf.bandwidth_gbs_per_usd_hour is None
+           else f"{r.perf.bandwidth_gbs_per_usd_hour:,.0f}", descending=True),
+    Column("link", "Link", "NVLink GB/s (0 = PCIe only)", lambda r: r.spec.nvlink_gbs,
+           lambda r: link_label(r.spec), descending=True),
+    Column("tdp", "TDP W", "board power, W", lambda r: r.spec.tdp_w, lambda r: _fig(r.spec.tdp_w)),
+    Column("as_of", "Price as of", "date of the lowest price", lambda r: _as_of(r) if r.lowest else None,
+           _as_of, numeric=False),
+    Column("provider", "Lowest at", "provider and tier of the lowest price",
+           lambda r: _where(r).lower() if r.lowest else None, _where, numeric=False),
+    Column("arch", "Architecture", "architecture", lambda r: r.spec.architecture.lower(),
+           lambda r: architecture_family(r.spec), numeric=False),
+)
+COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
+DEFAULT_SORT = "price"
+
+
+def get_column(key: str) -> Column:
+    wanted = key.strip().lower().replace("-", "_")
+    if wanted in COLUMN_BY_KEY:
+        return COLUMN_BY_KEY[wanted]
+    raise CatalogError(f"unknown sort column {key!r}; one of: {', '.join(COLUMN_BY_KEY)}")
+
+
+def sort_cards(cards: Iterable[CardRow], column: str = DEFAULT_SORT, reverse: bool = False) -> list[CardRow]:
+    """Best first in the column's natural order (`reverse` flips it); cards without the figure
+    last either way, then by name."""
+    col = get_column(column)
+    have = [c for c in cards if col.value(c) is not None]
+    missing = [c for c in cards if col.value(c) is None]
+    descending = col.descending != reverse
+    have.sort(key=lambda c: c.spec.name.lower())
+    have.sort(key=col.value, reverse=descending)
+    missing.sort(key=lambda c: c.spec.name.lower())
+    return have + missing
+
+
+@dataclass(frozen=True)
+class Filters:
+    min_vram: float | None = None
+    arch: str | None = None
+    provider: str | None = None
+    interconnect: str | None = None  # "nvlink" | "pcie"
+
+    def describe(self) -> str:
+        parts = []
+        if self.min_vram:
+            parts.append(f"VRAM ≥ {self.min_vram:g} GB")
+        if self.arch:
+            parts.append(self.arch)
+        if self.provider:
+            parts.append(self.provider)
+        if self.interconnect:
+            parts.append("NVLink" if self.interconnect == "nvlink" else "PCIe only")
+        return ", ".join(parts)
+
+
+def architectures(specs: Mapping[str, GpuSpec] | None = None) -> list[str]:
+    specs = load_specs() if specs is None else specs
+    return sorted({architecture_family(s) for s in specs.values()})
+
+
+def providers(rows: Iterable[PriceRow]) -> list[str]:
+    return sorted({r.provider for r in rows}, key=str.lower)
+
+
+def check_filters(
+    filters: Filters, rows: Sequence[PriceRow], specs: Mapping[str, GpuSpec] | None = None
+) -> Filters:
+    """The filters, normalised; `CatalogError` for a value that matches nothing known."""
+    specs = load_specs() if specs is None else specs
+    min_vram = filters.min_vram
+    if min_vram is not None and (min_vram != min_vram or min_vram < 0):
+        raise CatalogError(f"minimum VRAM must be a number ≥ 0 (got {min_vram!r})")
+    arch = (filters.arch or "").strip() or None
+    if arch and not any(arch.lower() in s.architecture.lower() for s in specs.values()):
+        raise CatalogError(
+            f"unknown architecture {arch!r}; one of: {', '.join(architectures(specs))}"
+        )
+    provider = (filters.provider or "").strip() or None
+    if provider:
+        known = {p.lower(): p for p in providers(rows)}
+        if provider.lower() not in known:
+            raise CatalogError(f"unknown provider {provider!r}; one of: {', '.join(known.values())}")
+        provider = known[provider.lower()]
+    link = (filters.interconnect or "").strip().lower() or None
+    if link and link not in INTERCONNECTS:
+        raise CatalogError(f"interconnect must be nvlink or pcie (got {filters.interconnect!r})")
+    return Filters(min_vram or None, arch, provider, link)
+
+
+def card_rows(
+    rows: Sequence[PriceRow] | None = None,
+    filters: Filters | None = None,
+    specs: Mapping[str, GpuSpec] | None = None,
+    currency: str = "USD",
+) -> list[CardRow]:
+    """Every card passing `filters`, in catalog order. With a provider filter, a card needs a
+    price from that provider and its price columns use that provider's prices only."""
+    specs = load_specs() if specs is None else specs
+    rows = load_prices() if rows is None else list(rows)
+    f = check_filters(filters or Filters(), rows, specs)
+    if f.provider:
+        rows = [r for r in rows if r.provider == f.provider]
+    out = []
+    for spec in specs.values():
+        if f.min_vram and spec.vram_gb < f.min_vram:
+            continue
+        if f.arch and f.arch.lower() not in spec.architecture.lower():
+            continue
+        if f.interconnect == "nvlink" and not spec.has_nvlink:
+            continue
+        if f.interconnect == "pcie" and spec.has_nvlink:
+            continue
+        mine = rows_for(spec.key, rows, currency=None)
+        if f.provider and not mine:
+            continue
+        out.append(CardRow(spec, price_performance(spec, mine, currency), tuple(mine)))
+    return out
+
+
+def catalog_command(
+    config: Any = None,
+    *,
+    sort: str = DEFAULT_SORT,
+    reverse: bool = False,
+    min_vram: float | None = None,
+    arch: str | None = None,
+    provider: str | None = None,
+    interconnect: str | None = None,
+    as_json: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """`gputui catalog`: the cards, filtered and sorted; `--json` a list of card objects."""
+    out = out or sys.stdout
+    get_column(sort)
+    rows = catalog_prices(config)
+    cards = sort_cards(card_rows(rows, Filters(min_vram, arch, provider, interconnect)), sort, reverse)
+    if as_json:
+        _dump([c.as_dict() for c in cards], out)
+        return 0
+    if not cards:
+        print("No card matches those filters.", file=out)
+        return 0
+    _print_table(
+        [c.label for c in COLUMNS],
+        [[c.show(card) for c in COLUMNS] for card in cards],
+        [not c.numeric for c in COLUMNS],
+        out,
+    )
+    col = get_column(sort)
+    arrow = "▼" if col.descending != reverse else "▲"
+    print(f"\n{len(cards)} cards, by {col.title} {arrow}. Tensor figures are dense (no sparsity); "
+          f"{PRICE_NOTE}.", file=out)
+    return 0
+
+
+# --- fit ------------------------------------------------------------------------------------
+
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_count(text: str | float | int, what: str = "params") -> float:
+    """'7e9', '7B', '70b', '1.5B', '350M' -> a number; `FitError` otherwise."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        raw = str(text).strip().lower().replace("_", "").replace(",", "")
+        mult = 1.0
+        if raw and raw[-1] in _SUFFIX:
+            mult, raw = _SUFFIX[raw[-1]], raw[:-1]
+        try:
+            value = float(raw) * mult
+        except ValueError:
+            raise FitError(f"{what} must be a number such as 7e9 or 7B (got {text!r})") from None
+    if not value > 0 or value == float("inf"):
+        raise FitError(f"{what} must be a positive number (got {text!r})")
+    return value
+
+
+def fit_model(
+    model: str | None = None,
+    *,
+    params: str | float | None = None,
+    layers: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    heads: int | None = None,
+):  # -> ModelConfig
+    """A built-in model by name, or a custom one by its parameter count (shape optional)."""
+    if params not in (None, ""):
+        if model:
+            raise FitError("give a model name or --params, not both")
+        return custom_model(parse_count(params), layers, kv_heads, head_dim, heads=heads)
+    if any(v is not None for v in (layers, kv_heads, head_dim, heads)):
+        raise FitError("--layers, --kv-heads, --head-dim and --heads go with --params")
+    if not model:
+        raise FitError("give a model name (e.g. Qwen2.5-7B) or --params N")
+    return get_model(model)
+
+
+@dataclass(frozen=True)
+class FitAnswer:
+    estimate: FitEstimate
+    options: list[FitOption] = field(default_factory=list)
+
+    @property
+    def fitting(self) -> list[FitOption]:
+        return [o for o in self.options if o.fits]
+
+    def as_dict(self) -> dict[str, Any]:
+        d = self.estimate.as_dict()
+        d["fits"] = [o.as_dict() for o in self.fitting]
+        d["does_not_fit"] = [o.as_dict() for o in self.options if not o.fits]
+        d["prices"] = PRICE_NOTE
+        return d
+
+
+def fit(
+    model: str | None = None,
+    *,
+    job: str,
+    precision: str,
+    context: int = 4096,
+    batch: int = 1,
+    params: str | float | None = None,
+    layers: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    heads: int | None = None,
+    lora_rank: int | None = None,
+    prices: Sequence[PriceRow] | None = None,
+) -> FitAnswer:
+    """The estimate and every card with the fewest GPUs it fits on, cheapest first."""
+    m = fit_model(model, params=params, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                  heads=heads)
+    kw = {} if lora_rank is None else {"lora_rank": lora_rank}
+    est = estimate_fit(m, job, precision, context, batch, **kw)
+    return FitAnswer(est, cards_that_fit(est, prices=load_prices() if prices is None else prices))
+
+
+def fit_command(
+    config: Any = None,
+    model: str | None = None,
+    *,
+    job: str,
+    precision: str,
+    context: int = 4096,
+    batch: int = 1,
+    params: str | float | None = None,
+    layers: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    heads: int | None = None,
+    lora_rank: int | None = None,
+    as_json: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """`gputui fit`: the VRAM breakdown with its assumptions, and which cards fit."""
+    out = out or sys.stdout
+    answer = fit(model, job=job, precision=precision, context=context, batch=batch,
+                 params=params, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                 heads=heads, lora_rank=lora_rank, prices=catalog_prices(config))
+    if as_json:
+        _dump(answer.as_dict(), out)
+        return 0
+    e = answer.estimate
+    print(f"{e.model} ({e.params / 1e9:.2f} B params) · {e.job.value} · {e.precision} · "
+          f"{e.context:,} tokens × batch {e.batch}", file=out)
+    print(f"Needs {e.total_gb:.1f} GB on one GPU:", file=out)
+    for part in e.all_parts:
+        print(f"  {part.name:<12} {part.gb:>8.2f} GB  {part.assumption}", file=out)
+    for note in e.notes:
+        print(f"Note: {note}", file=out)
+    print(file=out)
+    fitting = answer.fitting
+    if not fitting:
+        print("It fits no card of the catalog on up to 8 GPUs.", file=out)
+    else:
+        _print_table(
+            ["GPU", "GPUs", "$/h", "cheapest at", "as of", "GB/GPU", "link", "notes"],
+            [[short_name(o.name), str(o.count), _money(o.hourly), _where_opt(o),
+              o.quote.row.as_of if o.quote else "—",
+              f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f}", _link_short(o),
+              "; ".join(o.warnings)] for o in fitting],
+            [True, False, False, True, True, False, True, True],
+            out,
+        )
+    misses = [short_name(o.name) for o in answer.options if not o.fits]
+    if misses:
+        print(f"\nDoes not fit on 8 GPUs: {', '.join(misses)}", file=out)
+    print(f"\nCheapest first; {PRICE_NOTE}.", file=out)
+    return 0
+
+
+def _where_opt(o: FitOption) -> str:
+    return o.quote.row.label if o.quote else "no price"
+
+
+def _link_short(o: FitOption) -> str:
+    spec = load_specs().get(o.card)
+    return link_label(spec) if spec else o.interconnect
+
+
+# --- job cost ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostAnswer:
+    spec: GpuSpec
+    count: int
+    hours: Decimal
+    costs: list[JobCost]
+    break_evens: list[BreakEven]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.spec.name,
+            "card": self.spec.key,
+            "count": self.count,
+            "hours": str(self.hours),
+            "costs": [c.as_dict() for c in self.costs],
+            "break_even": [
+                {
+                    "provider": b.provider,
+                    "package": b.package.package,
+                    "tier": b.package.tier,
+                    "hourly_tier": b.hourly.tier,
+                    "period_hours": b.period_hours,
+                    "package_cost_per_gpu": str(b.package_cost),
+                    "break_even_hours": str(b.break_even_hours),
+                    "pays_off": b.pays_off,
+                    "statement": b.statement,
+                }
+                for b in self.break_evens
+            ],
+            "prices": PRICE_NOTE,
+        }
+
+
+def cost(
+    gpu: str,
+    *,
+    count: int = 1,
+    hours: float | str | Decimal,
+    prices: Sequence[PriceRow] | None = None,
+) -> CostAnswer:
+    """`count` × `gpu` for `hours` on every priced row, cheapest first, and package break-evens."""
+    if not str(gpu).strip():
+        raise CatalogError("give a GPU name, e.g. 4090 or 'H100 SXM'")
+    rows = load_prices() if prices is None else list(prices)
+    spec = match_card(gpu)
+    costs = job_costs(spec.key, count, hours, rows)
+    h = Decimal(str(hours).strip())
+    return CostAnswer(spec, count, h, costs, package_break_evens(spec.key, rows))
+
+
+def cost_command(
+    config: Any = None,
+    gpu: str = "",
+    *,
+    count: int = 1,
+    hours: float | str | Decimal,
+    as_json: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """`gputui cost`: what `count` × `gpu` for `hours` costs on each provider and billing mode."""
+    out = out or sys.stdout
+    answer = cost(gpu, count=count, hours=hours, prices=catalog_prices(config))
+    if as_json:
+        _dump(answer.as_dict(), out)
+        return 0
+    print(f"{answer.count}× {answer.spec.name} for {answer.hours} h", file=out)
+    if not answer.costs:
+        print(f"No reference price for the {answer.spec.name}: add one under [[prices]] in "
+              "config.toml.", file=out)
+        return 0
+    _print_table(
+        ["provider", "tier", "package", "billing", "cost", "billed h", "$/h",
+         "if /second", "if /minute", "if /hour", "as of", "notes"],
+        [cost_cells(c) for c in answer.costs],
+        [True, True, True, True] + [False] * 6 + [True, True],
+        out,
+    )
+    for b in answer.break_evens:
+        print(f"Break-even: {b.statement}", file=out)
+    print(f"\nCheapest first; {PRICE_NOTE}.", file=out)
+    return 0
+
+
+def cost_cells(c: JobCost) -> list[str]:
+    from gputui.models import Granularity
+
+    cur = c.row.currency
+    sym = "$" if cur == "USD" else f"{cur} "
+    return [
+        c.row.provider,
+        c.row.tier,
+        c.row.package,
+        f"per {c.row.granularity.value}"
+        + (f", {c.row.minimum_seconds}s min" if c.row.minimum_seconds else ""),
+        f"{sym}{c.cost:,.2f}",
+        f"{c.billed_hours.normalize():f}",
+        f"{sym}{c.price_per_hour:,.2f}",
+        *(f"{sym}{c.by_granularity[g]:,.2f}" for g in Granularity),
+        c.row.as_of,
+        "; ".join(c.notes),
+    ]
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def _dump(data: object, out: TextIO) -> None:
+    json.dump(data, out, indent=2, ensure_ascii=False, default=str)
+    out.write("\n")
+
+
+def _print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[bool], out: TextIO
+) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if lft else c.rjust(w)
+            for c, w, lft in zip(cells, widths, left, strict=True)
+        ).rstrip()
+
+    print(line(headers), file=out)
+    for r in rows:
+        print(line(r), file=out)

@@ -1,0 +1,257 @@
+"""Costs: the running meter, today's and this month's totals, budgets, the ledger and exports.
+
+Money is Decimal throughout; times are UTC here and local only on screen. A ledger entry is
+final (what the instance cost in all); spreading it over days pro-rates it by time, which is
+exact for per-second billing and the closest honest split for coarser rules.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from gputui.config import BudgetSettings
+from gputui.models import Instance, Lease, LedgerEntry, as_utc, money, utcnow
+
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class InstanceCost:
+    instance: Instance
+    rate: Decimal  # per hour now (0 while stopped: only storage bills)
+    compute: Decimal
+    storage: Decimal
+    projected: Decimal | None  # at its release time; None with no timer
+    release_at: datetime | None
+
+    @property
+    def accrued(self) -> Decimal:
+        return money(self.compute + self.storage)
+
+    @property
+    def billing_state(self) -> str:
+        inst = self.instance
+        if inst.status.billing_compute:
+            return "billing"
+        if inst.status.live:
+            return "storage only" if self.instance.disk_gb and inst.billing.storage_per_gb_month else "stopped"
+        return "ended"
+
+
+def instance_cost(inst: Instance, lease: Lease | None, now: datetime) -> InstanceCost:
+    release_at = lease.release_at if lease is not None and lease.state == "active" else None
+    projected = None
+    if release_at is not None and inst.status.live:
+        projected = money(inst.compute_cost(max(release_at, now)) + inst.storage_cost(max(release_at, now)))
+        if not inst.status.billing_compute:
+            projected = money(inst.compute_cost(now) + inst.storage_cost(max(release_at, now)))
+    rate = inst.billing.price_per_hour if inst.status.billing_compute else ZERO
+    return InstanceCost(inst, rate, money(inst.compute_cost(now)), money(inst.storage_cost(now)),
+                        projected, release_at)
+
+
+def local_day_start(now: datetime) -> datetime:
+    local = now.astimezone()
+    return as_utc(local.replace(hour=0, minute=0, second=0, microsecond=0))
+
+
+def local_month_start(now: datetime) -> datetime:
+    local = now.astimezone()
+    return as_utc(local.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+
+
+def _accrued_between(inst: Instance, start: datetime, end: datetime) -> Decimal:
+    """What a live instance accrued in [start, end] (cost at end minus cost at start)."""
+    if end <= start:
+        return ZERO
+    before = inst.compute_cost(start) + inst.storage_cost(start) if start > inst.created_at else ZERO
+    return inst.compute_cost(end) + inst.storage_cost(end) - before
+
+
+def _entry_between(entry: LedgerEntry, start: datetime, end: datetime) -> Decimal:
+    """An ended instance's total, pro-rated by how much of its life fell in [start, end]."""
+    life = (entry.ended_at - entry.started_at).total_seconds()
+    if life <= 0:
+        return entry.total if start <= entry.ended_at <= end else ZERO
+    overlap = (min(end, entry.ended_at) - max(start, entry.started_at)).total_seconds()
+    if overlap <= 0:
+        return ZERO
+    return entry.total * Decimal(str(overlap / life))
+
+
+def spent_between(instances: Iterable[Instance], ledger: Iterable[LedgerEntry],
+                  start: datetime, end: datetime) -> Decimal:
+    ended_ids = set()
+    total = ZERO
+    for entry in ledger:
+        ended_ids.add(entry.instance_id)
+        total += _entry_between(entry, start, end)
+    for inst in instances:
+        if inst.id not in ended_ids and inst.status.live:
+            total += _accrued_between(inst, start, end)
+    return money(total)
+
+
+@dataclass
+class Totals:
+    today: Decimal
+    month: Decimal
+    rate: Decimal  # per hour now
+    accrued_live: Decimal  # what the live instances have cost so far
+
+
+def totals(instances: list[Instance], ledger: list[LedgerEntry], now: datetime) -> Totals:
+    live = [i for i in instances if i.status.live]
+    return Totals(
+        today=spent_between(live, ledger, local_day_start(now), now),
+        month=spent_between(live, ledger, local_month_start(now), now),
+        rate=sum((i.billing.price_per_hour for i in live if i.status.billing_compute), ZERO),
+        accrued_live=money(sum((i.accrued(now) for i in live), ZERO)),
+    )
+
+
+# -- budgets ---------------------------------------------------------------------------------
+
+
+@dataclass
+class BudgetAlert:
+    scope: str  # "daily", "monthly", or "instance:<id>"
+    level: int  # 80 or 100
+    spent: Decimal
+    cap: Decimal
+    instance_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        what = {"daily": "today's spend", "monthly": "this month's spend"}.get(
+            self.scope, "this instance")
+        return (f"Budget: {what} is {self.level} % of its cap "
+                f"(${self.spent} of ${self.cap})")
+
+
+@dataclass
+class BudgetWatch:
+    """Remembers which alerts were given (per day / month / instance), so each fires once."""
+
+    given: set[tuple[str, str, int]] = field(default_factory=set)
+
+    def check(self, budget: BudgetSettings, instances: list[Instance], ledger: list[LedgerEntry],
+              now: datetime) -> list[BudgetAlert]:
+        alerts: list[BudgetAlert] = []
+        live = [i for i in instances if i.status.live]
+        day_key = local_day_start(now).isoformat()
+        month_key = local_month_start(now).isoformat()
+        scopes: list[tuple[str, str, Decimal | None, Decimal, str | None]] = [
+            ("daily", day_key, budget.daily, spent_between(live, ledger, local_day_start(now), now), None),
+            ("monthly", month_key, budget.monthly,
+             spent_between(live, ledger, local_month_start(now), now), None),
+        ]
+        if budget.per_instance is not None:
+            for inst in live:
+                scopes.append((f"instance:{inst.id}", inst.id, budget.per_instance,
+                               inst.accrued(now), inst.id))
+        for scope, period, cap, spent, iid in scopes:
+            if cap is None or cap <= 0:
+                continue
+            for level in (100, 80):
+                if spent >= cap * level / 100:
+                    key = (scope, period, level)
+                    if key not in self.given:
+                        self.given.add(key)
+                        self.given.add((scope, period, 80))  # a jump to 100 % says it once
+                        alerts.append(BudgetAlert(scope, level, money(spent), cap, iid))
+                    break
+        return alerts
+
+
+# -- ledger history and export ----------------------------------------------------------------
+
+
+def group_ledger(ledger: list[LedgerEntry], by: str) -> list[tuple[str, Decimal, int]]:
+    """Totals per `day`, `week`, `month` (local), `gpu` or `task`: (key, total, count)."""
+    sums: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    counts: dict[str, int] = defaultdict(int)
+    for e in ledger:
+        local = e.ended_at.astimezone()
+        key = {
+            "day": local.strftime("%Y-%m-%d"),
+            "week": f"{local.isocalendar().year}-W{local.isocalendar().week:02d}",
+            "month": local.strftime("%Y-%m"),
+            "gpu": e.gpu,
+            "task": e.name,
+        }[by]
+        sums[key] += e.total
+        counts[key] += 1
+    rows = [(k, money(v), counts[k]) for k, v in sums.items()]
+    if by in ("day", "week", "month"):
+        return sorted(rows)
+    return sorted(rows, key=lambda r: (-r[1], r[0]))
+
+
+def daily_series(ledger: list[LedgerEntry], instances: list[Instance], now: datetime,
+                 days: int = 14) -> list[tuple[str, Decimal]]:
+    """Spend per local day for the last `days` days, oldest first (for the chart)."""
+    out: list[tuple[str, Decimal]] = []
+    today = local_day_start(now)
+    for back in range(days - 1, -1, -1):
+        start = today - timedelta(days=back)
+        end = min(now, start + timedelta(days=1))
+        out.append((start.astimezone().strftime("%m-%d"), spent_between(instances, ledger, start, end)))
+    return out
+
+
+EXPORT_FIELDS = [
+    "instance_id", "name", "provider", "gpu", "gpu_count", "started_at", "ended_at",
+    "duration_s", "compute_cost", "storage_cost", "total", "currency", "end_reason", "running",
+]
+
+
+def export_rows(ledger: list[LedgerEntry], instances: list[Instance], now: datetime | None = None) -> list[dict]:
+    """Every ledger entry, then every instance still running with what it has `accrued` so far."""
+    now = as_utc(now or utcnow())
+    rows: list[dict] = []
+    for e in ledger:
+        rows.append({
+            "instance_id": e.instance_id, "name": e.name, "provider": e.provider, "gpu": e.gpu,
+            "gpu_count": e.gpu_count, "started_at": e.started_at.isoformat(),
+            "ended_at": e.ended_at.isoformat(), "duration_s": round(e.running_seconds, 3),
+            "compute_cost": str(e.compute_cost), "storage_cost": str(e.storage_cost),
+            "total": str(money(e.total)), "currency": e.currency, "end_reason": e.end_reason,
+            "running": False,
+        })
+    ended = {e.instance_id for e in ledger}
+    for inst in instances:
+        if not inst.status.live or inst.id in ended:
+            continue
+        compute, storage = money(inst.compute_cost(now)), money(inst.storage_cost(now))
+        rows.append({
+            "instance_id": inst.id, "name": inst.name, "provider": inst.provider, "gpu": inst.gpu,
+            "gpu_count": inst.gpu_count, "started_at": inst.created_at.isoformat(),
+            "ended_at": None, "duration_s": round(inst.running_seconds(now), 3),
+            "compute_cost": str(compute), "storage_cost": str(storage),
+            "total": str(money(compute + storage)), "currency": inst.billing.currency,
+            "end_reason": None, "running": True, "accrued": str(money(compute + storage)),
+        })
+    return rows
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[*EXPORT_FIELDS, "accrued"], extrasaction="ignore",
+                            lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+__all__ = [
+    "UTC", "BudgetAlert", "BudgetWatch", "InstanceCost", "Totals", "daily_series",
+    "export_rows", "group_ledger", "instance_cost", "spent_between", "to_csv", "totals",
+]

@@ -1,0 +1,673 @@
+"""The GPU catalog: compare cards, check whether a job fits, and what it will cost.
+
+Four tabs, each usable by keyboard alone at 80×24 (keys 1–4):
+
+* Cards — the table (most important columns first). `s` cycles the sort column, `S` reverses
+  it; `f` moves to the filter bar (min VRAM, architecture, provider, interconnect), `escape`
+  back; `space` marks a card (2–4), `v` compares them; `enter` costs the card, `n` rents it.
+* Compare — the marked cards side by side, a bar per figure, the best of each row marked.
+* Fit — model (built in, or a parameter count with its shape), job, precision, context, batch →
+  the VRAM breakdown with every assumption, and which cards fit with how many GPUs, cheapest
+  first (`enter` costs that card at that count, `n` rents it).
+* Cost — card × GPUs × hours → the cost on each provider's billing rule, per second/minute/
+  started hour, and where a provider sells packages, the break-even against hourly.
+
+Prices are reference prices with their date and source, never live quotes; the screen says so.
+Everything here is computed in-process from package data (no SSH or HTTP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Input, Label, Select, Static, TabbedContent, TabPane
+
+from gputui.catalog import (
+    MODELS,
+    PRECISIONS,
+    CatalogError,
+    GpuSpec,
+    PriceRow,
+    load_prices,
+    load_specs,
+)
+from gputui.services import catalog as svc
+from gputui.ui.base import BaseScreen
+
+TABS = ("cards", "compare", "fit", "cost")
+MAX_MARKED = 4
+MARK = "●"
+EIGHTHS = " ▏▎▍▌▋▊▉"
+JOBS = [("inference", "inference"), ("LoRA", "lora"), ("QLoRA", "qlora"),
+        ("full (Adam)", "full")]
+CUSTOM = "custom"
+
+
+def bar(value: float, top: float, width: int) -> str:
+    """A horizontal bar of `width` cells, `value` of `top`, to an eighth of a cell."""
+    if width <= 0 or top <= 0 or value <= 0:
+        return ""
+    eighths = round(min(value / top, 1.0) * width * 8)
+    full, part = divmod(eighths, 8)
+    return "█" * full + (EIGHTHS[part] if part else "")
+
+
+# Compare: (label, value, shown, higher is better)
+def _price(row: svc.CardRow) -> Decimal | None:
+    return row.perf.usd_per_gpu_hour
+
+
+FIGURES = [
+    ("VRAM GB", lambda r: r.spec.vram_gb, lambda r: f"{r.spec.vram_gb:g}", True),
+    ("Bandwidth GB/s", lambda r: r.spec.memory_bandwidth_gbs,
+     lambda r: f"{r.spec.memory_bandwidth_gbs:,.0f}", True),
+    ("BF16 TFLOPS", lambda r: r.spec.bf16_tflops, lambda r: svc._fig(r.spec.bf16_tflops), True),
+    ("FP8 TFLOPS", lambda r: r.spec.fp8_tflops, lambda r: svc._fig(r.spec.fp8_tflops), True),
+    ("FP32 TFLOPS", lambda r: r.spec.fp32_tflops, lambda r: svc._fig(r.spec.fp32_tflops), True),
+    ("NVLink GB/s", lambda r: r.spec.nvlink_gbs,
+     lambda r: f"{r.spec.nvlink_gbs:g}" if r.spec.has_nvlink else f"PCIe {r.spec.pcie_gen}", True),
+    ("TDP W", lambda r: r.spec.tdp_w, lambda r: f"{r.spec.tdp_w:,.0f}", False),
+    ("$/GPU·h", _price, lambda r: svc._money(_price(r)), False),
+    ("$/BF16 TF·h", lambda r: r.perf.usd_per_bf16_tflop_hour,
+     lambda r: svc._money(r.perf.usd_per_bf16_tflop_hour, 4), False),
+    ("$/GB VRAM·h", lambda r: r.perf.usd_per_gb_vram_hour,
+     lambda r: svc._money(r.perf.usd_per_gb_vram_hour, 4), False),
+    ("GB/s per $/h", lambda r: r.perf.bandwidth_gbs_per_usd_hour,
+     lambda r: "—" if r.perf.bandwidth_gbs_per_usd_hour is None
+     else f"{r.perf.bandwidth_gbs_per_usd_hour:,.0f}", True),
+]
+
+
+def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
+    """The marked cards side by side: a row per figure, a bar per card scaled to the largest
+    of the row (so lengths compare), the best of each row in bold with ◆."""
+    n = max(1, len(cards))
+    label_w = 15
+    cell = max(10, (width - label_w - 2) // n - 1)
+    value_w = 8
+    bar_w = max(2, cell - value_w - 2)
+    table = Table(box=None, expand=False, padding=(0, 1, 0, 0), show_edge=False)
+    table.add_column("", width=label_w, no_wrap=True)
+    for c in cards:
+        table.add_column(Text(svc.short_name(c.spec.name), style="bold"), width=cell, no_wrap=True)
+    for label, value, shown, higher in FIGURES:
+        vals = [value(c) for c in cards]
+        nums = [float(v) for v in vals if v is not None and float(v) > 0]
+        top = max(nums) if nums else 0.0
+        best = (max(nums) if higher else min(nums)) if nums else None
+        cells: list[Text] = []
+        for c, v in zip(cards, vals, strict=True):
+            f = float(v) if v is not None else 0.0
+            is_best = best is not None and f == best and len(nums) > 1
+            text = Text()
+            text.append(bar(f, top, bar_w).ljust(bar_w), style="bold" if is_best else "")
+            text.append(" " + shown(c).rjust(value_w - 1), style="bold" if is_best else "")
+            text.append("◆" if is_best else " ")
+            cells.append(text)
+        table.add_row(Text(label), *cells)
+    dates = [
+        f"{svc.short_name(c.spec.name)}: {c.lowest.label} as of {c.lowest.as_of}"
+        for c in cards
+        if c.lowest
+    ]
+    table.add_row("", *([""] * len(cards)))
+    table.add_row(Text("Lower is better for TDP and the $ rows; ◆ = best of the row.",
+                       style="dim"), *([""] * len(cards)))
+    if dates:
+        table.add_row(Text("Prices: " + "; ".join(dates) + f" ({svc.PRICE_NOTE}).", style="dim"),
+                      *([""] * len(cards)))
+    return table
+
+
+class CatalogScreen(BaseScreen):
+    TITLE = "GPU catalog"
+    BINDINGS = [
+        Binding("1", "tab('cards')", "Cards", show=False),
+        Binding("2", "tab('compare')", "Compare", show=False),
+        Binding("3", "tab('fit')", "Fit", show=False),
+        Binding("4", "tab('cost')", "Cost", show=False),
+        Binding("s", "sort", "Sort"),
+        Binding("S", "reverse", "Reverse sort", show=False),
+        Binding("f", "filter", "Filter"),
+        Binding("space", "mark", "Mark"),
+        Binding("v", "compare", "Compare"),
+        Binding("x", "clear_marks", "Clear marks", show=False),
+        Binding("n", "new_instance", "Rent this"),
+        Binding("escape", "back", "Back to the table", show=False),
+    ]
+    DEFAULT_CSS = """
+    CatalogScreen TabbedContent { height: 1fr; }
+    CatalogScreen TabPane { padding: 0; height: 1fr; }
+    CatalogScreen #cards-status, CatalogScreen #cards-detail { height: 1; padding: 0 1; color: $text-muted; }
+    CatalogScreen .bar { height: 1; padding: 0 1; }
+    CatalogScreen .bar Label { width: auto; padding: 0 1 0 0; }
+    CatalogScreen .bar Input { margin-right: 1; }
+    CatalogScreen .bar Select { margin-right: 1; }
+    CatalogScreen #f-vram { width: 6; }
+    CatalogScreen #f-arch { width: 16; }
+    CatalogScreen #f-provider { width: 13; }
+    CatalogScreen #f-link { width: 12; }
+    CatalogScreen #cards { height: 1fr; }
+    CatalogScreen #compare { height: 1fr; padding: 0 1; }
+    CatalogScreen #fit-model { width: 22; }
+    CatalogScreen #fit-job { width: 15; }
+    CatalogScreen #fit-prec { width: 15; }
+    CatalogScreen #fit-context { width: 8; }
+    CatalogScreen #fit-batch { width: 5; }
+    CatalogScreen #fit-params { width: 12; }
+    CatalogScreen #fit-layers { width: 8; }
+    CatalogScreen #fit-kv { width: 10; }
+    CatalogScreen #fit-hd { width: 10; }
+    CatalogScreen #fit-error, CatalogScreen #cost-error { color: $error; padding: 0 1; height: auto; }
+    CatalogScreen #fit-breakdown { height: 45%; padding: 0 1; border-top: solid $primary; }
+    CatalogScreen #fit-table { height: 1fr; }
+    CatalogScreen #cost-card { width: 26; }
+    CatalogScreen #cost-count { width: 5; }
+    CatalogScreen #cost-hours { width: 9; }
+    CatalogScreen #cost-table { height: 1fr; }
+    CatalogScreen #cost-notes { height: auto; max-height: 40%; padding: 0 1; color: $text-muted; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.specs: dict[str, GpuSpec] = load_specs()
+        self.rows: list[PriceRow] = []
+        self.cards: list[svc.CardRow] = []  # shown, in order
+        self.sort_key = svc.DEFAULT_SORT
+        self.sort_reverse = False
+        self.filters = svc.Filters()
+        self.marked: list[str] = []  # card keys, in marking order
+        self.fit_answer: svc.FitAnswer | None = None
+        self.cost_answer: svc.CostAnswer | None = None
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def compose_body(self) -> ComposeResult:
+        rows = self._load_rows()
+        with TabbedContent(initial="cards-tab", id="tabs"):
+            with TabPane("1 Cards", id="cards-tab"):
+                yield Static("", id="cards-status")
+                with Horizontal(classes="bar", id="filters"):
+                    yield Label("VRAM≥")
+                    yield Input(id="f-vram", compact=True, type="number", placeholder="GB")
+                    yield Label("Arch")
+                    yield Select([(a, a) for a in svc.architectures(self.specs)], id="f-arch",
+                                 compact=True, prompt="any")
+                    yield Label("Provider")
+                    yield Select([(p, p) for p in svc.providers(rows)], id="f-provider",
+                                 compact=True, prompt="any")
+                    yield Label("Link")
+                    yield Select([("NVLink", "nvlink"), ("PCIe only", "pcie")], id="f-link",
+                                 compact=True, prompt="any")
+                yield DataTable(id="cards", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="cards-detail")
+            with TabPane("2 Compare", id="compare-tab"):
+                with VerticalScroll(id="compare"):
+                    yield Static("", id="compare-body")
+            with TabPane("3 Fit", id="fit-tab"):
+                with Horizontal(classes="bar"):
+                    yield Label("Model")
+                    yield Select(
+                        [(m.name, key) for key, m in MODELS.items()]
+                        + [("Custom: params →", CUSTOM)],
+                        id="fit-model", compact=True, allow_blank=False, value="qwen2.5-7b")
+                    yield Label("Job")
+                    yield Select(JOBS, id="fit-job", compact=True, allow_blank=False,
+                                 value="inference")
+                    yield Label("As")
+                    yield Select([(p.label, k) for k, p in PRECISIONS.items()], id="fit-prec",
+                                 compact=True, allow_blank=False, value="bf16")
+                with Horizontal(classes="bar"):
+                    yield Label("Context")
+                    yield Input("4096", id="fit-context", compact=True, type="integer")
+                    yield Label("Batch")
+                    yield Input("1", id="fit-batch", compact=True, type="integer")
+                    yield Input(id="fit-params", compact=True, placeholder="params 7e9")
+                    yield Input(id="fit-layers", compact=True, type="integer",
+                                placeholder="layers")
+                    yield Input(id="fit-kv", compact=True, type="integer", placeholder="kv heads")
+                    yield Input(id="fit-hd", compact=True, type="integer", placeholder="head dim")
+                yield Static("", id="fit-error")
+                with VerticalScroll(id="fit-breakdown"):
+                    yield Static("", id="fit-body")
+                yield DataTable(id="fit-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("4 Cost", id="cost-tab"):
+                with Horizontal(classes="bar"):
+                    yield Label("GPU")
+                    yield Select([(svc.short_name(s.name), k) for k, s in self.specs.items()],
+                                 id="cost-card", compact=True, allow_blank=False,
+                                 value=self._first_priced(rows))
+                    yield Label("GPUs")
+                    yield Input("1", id="cost-count", compact=True, type="integer")
+                    yield Label("Hours")
+                    yield Input("10", id="cost-hours", compact=True, type="number")
+                yield Static("", id="cost-error")
+                yield DataTable(id="cost-table", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="cost-notes")
+
+    def _load_rows(self) -> list[PriceRow]:
+        if not self.rows:
+            try:
+                self.rows = svc.catalog_prices(self.gapp.config)
+            except CatalogError as exc:  # a bad [[prices]] row in config.toml
+                self.rows = load_prices()
+                self._price_error = f"config.toml prices ignored: {exc}"
+        return self.rows
+
+    _price_error: str | None = None
+
+    def _first_priced(self, rows: Sequence[PriceRow]) -> str:
+        priced = {r.gpu for r in rows}
+        return next((k for k in self.specs if k in priced), next(iter(self.specs)))
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        if self._price_error:
+            self.notify(self._price_error, severity="error", timeout=10)
+        fit = self.query_one("#fit-table", DataTable)
+        for key, label in [("gpu", "GPU"), ("count", "GPUs"), ("hourly", "$/h"),
+                           ("where", "Cheapest at"), ("as_of", "As of"),
+                           ("need", "GB/GPU need/usable"), ("link", "Link"), ("notes", "Notes")]:
+            fit.add_column(label, key=key)
+        cost = self.query_one("#cost-table", DataTable)
+        for key, label in [("provider", "Provider"), ("tier", "Tier"), ("cost", "Cost"),
+                           ("billing", "Billing"), ("package", "Package"), ("rate", "$/h"),
+                           ("billed", "Billed h"), ("second", "If /s"), ("minute", "If /min"),
+                           ("hour", "If /h"), ("as_of", "As of"), ("notes", "Notes")]:
+            cost.add_column(label, key=key)
+        self.refresh_cards()
+        self.update_fit()
+        self.update_cost()
+        self.query_one("#cards", DataTable).focus()
+
+    # -- cards ----------------------------------------------------------------------------------
+
+    def refresh_cards(self) -> None:
+        """Rebuild the table from the filters and the sort, keeping the cursor on its card."""
+        table = self.query_one("#cards", DataTable)
+        current = self.current_card_key()
+        try:
+            cards = svc.card_rows(self.rows, self.filters, self.specs)
+        except CatalogError as exc:
+            self.query_one("#cards-status", Static).update(Text(f"⚠ {exc}", style="bold"))
+            return
+        self.cards = svc.sort_cards(cards, self.sort_key, self.sort_reverse)
+        table.clear(columns=True)
+        table.add_column(" ", key="mark")
+        active = svc.get_column(self.sort_key)
+        for col in svc.COLUMNS:
+            label = col.label + (f" {self._arrow()}" if col is active else "")
+            table.add_column(label, key=col.key)
+        for card in self.cards:
+            cells = [col.show(card) for col in svc.COLUMNS]
+            cells = [Text(c, justify="right") if col.numeric else c
+                     for c, col in zip(cells, svc.COLUMNS, strict=True)]
+            table.add_row(MARK if card.key in self.marked else " ", *cells, key=card.key)
+        if current is not None and any(c.key == current for c in self.cards):
+            table.move_cursor(row=table.get_row_index(current))
+        self._update_status()
+        self._update_detail()
+
+    def _arrow(self) -> str:
+        return "▼" if svc.get_column(self.sort_key).descending != self.sort_reverse else "▲"
+
+    def _update_status(self) -> None:
+        col = svc.get_column(self.sort_key)
+        parts = [f"{len(self.cards)}/{len(self.specs)} cards", f"by {col.label} {self._arrow()}"]
+        if self.marked:
+            parts.append(f"{len(self.marked)} marked")
+        parts.append("dated reference prices, not live quotes")
+        self.query_one("#cards-status", Static).update(" · ".join(parts))
+
+    def _update_detail(self) -> None:
+        card = self.current_card()
+        detail = self.query_one("#cards-detail", Static)
+        if card is None:
+            detail.update("No card matches these filters." if not self.cards else "")
+            return
+        s = card.spec
+        price = (f"{svc._money(card.lowest.price_per_gpu_hour)}/GPU·h as of {card.lowest.as_of}"
+                 f" ({card.lowest.label})" if card.lowest else "no reference price")
+        detail.update(f"▸ {svc.short_name(s.name)} · {price} · {svc.link_label(s)} · "
+                      f"{s.architecture}")
+
+    def current_card_key(self) -> str | None:
+        try:
+            table = self.query_one("#cards", DataTable)
+        except Exception:
+            return None
+        if table.row_count == 0 or table.cursor_row < 0:
+            return None
+        return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+
+    def current_card(self) -> svc.CardRow | None:
+        key = self.current_card_key()
+        return next((c for c in self.cards if c.key == key), None)
+
+    @on(DataTable.RowHighlighted, "#cards")
+    def _highlighted(self) -> None:
+        self._update_detail()
+
+    @on(DataTable.RowSelected, "#cards")
+    def _card_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value:
+            self.show_cost(event.row_key.value)
+
+    @on(DataTable.HeaderSelected, "#cards")
+    def _header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = event.column_key.value
+        if key in svc.COLUMN_BY_KEY:
+            if key == self.sort_key:
+                self.sort_reverse = not self.sort_reverse
+            else:
+                self.sort_key, self.sort_reverse = key, False
+            self.refresh_cards()
+
+    # -- filters --------------------------------------------------------------------------------
+
+    @on(Input.Changed, "#f-vram")
+    @on(Select.Changed, "#f-arch, #f-provider, #f-link")
+    def filters_changed(self) -> None:
+        raw = self.query_one("#f-vram", Input).value.strip()
+        try:
+            vram = float(raw) if raw else None
+            if vram is not None and not vram >= 0:
+                raise ValueError
+        except ValueError:
+            self.query_one("#cards-status", Static).update(
+                Text(f"⚠ VRAM≥ wants a number of GB (got {raw!r})", style="bold"))
+            return
+
+        def val(sel: str) -> str | None:
+            v = self.query_one(sel, Select).value
+            return v if isinstance(v, str) else None
+
+        self.filters = svc.Filters(vram or None, val("#f-arch"), val("#f-provider"),
+                                   val("#f-link"))
+        self.refresh_cards()
+
+    # -- actions --------------------------------------------------------------------------------
+
+    def _tab(self) -> str:
+        active = self.query_one(TabbedContent).active
+        return active.removesuffix("-tab") if active else "cards"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("sort", "reverse", "filter", "mark", "clear_marks"):
+            try:
+                return self._tab() == "cards"
+            except Exception:
+                return True
+        return True
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self) -> None:
+        self.refresh_bindings()
+        if self._tab() == "compare":
+            self.update_compare()
+
+    def action_tab(self, name: str) -> None:
+        self.query_one(TabbedContent).active = f"{name}-tab"
+        focus = {"cards": "#cards", "compare": "#compare", "fit": "#fit-model",
+                 "cost": "#cost-table"}[name]
+        self.query_one(focus).focus()
+        if name == "compare":
+            self.update_compare()
+
+    def action_sort(self) -> None:
+        keys = [c.key for c in svc.COLUMNS]
+        self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
+        self.sort_reverse = False
+        self.refresh_cards()
+
+    def action_reverse(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.refresh_cards()
+
+    def action_filter(self) -> None:
+        self.query_one("#f-vram", Input).focus()
+
+    def action_back(self) -> None:
+        main = {"cards": "#cards", "compare": "#compare", "fit": "#fit-table",
+                "cost": "#cost-table"}[self._tab()]
+        self.query_one(main).focus()
+
+    def action_mark(self) -> None:
+        key = self.current_card_key()
+        if key is None:
+            return
+        if key in self.marked:
+            self.marked.remove(key)
+        elif len(self.marked) >= MAX_MARKED:
+            self.notify(f"Compare takes at most {MAX_MARKED} cards: unmark one first (space).",
+                        severity="warning")
+            return
+        else:
+            self.marked.append(key)
+        table = self.query_one("#cards", DataTable)
+        table.update_cell(key, "mark", MARK if key in self.marked else " ")
+        self._update_status()
+        if table.cursor_row < table.row_count - 1:
+            table.move_cursor(row=table.cursor_row + 1)
+
+    def action_clear_marks(self) -> None:
+        self.marked.clear()
+        self.refresh_cards()
+
+    def action_compare(self) -> None:
+        if len(self.marked) < 2:
+            self.notify("Mark 2–4 cards with space first, then press v.", severity="warning")
+        self.action_tab("compare")
+
+    def action_new_instance(self) -> None:
+        """Open New instance with the card under the cursor (cards, fit or cost tab)."""
+        key = self._card_for_action()
+        self.gapp.action_goto("create")
+        if key is not None:
+            screen = self.app.screen
+            preselect = getattr(screen, "preselect", None)
+            if preselect is not None:
+                preselect(self.specs[key].name)
+
+    def _card_for_action(self) -> str | None:
+        tab = self._tab()
+        if tab == "fit":
+            table = self.query_one("#fit-table", DataTable)
+            if table.row_count and table.cursor_row >= 0:
+                return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            return None
+        if tab == "cost":
+            value = self.query_one("#cost-card", Select).value
+            return value if isinstance(value, str) else None
+        if tab == "compare":
+            return self.marked[0] if self.marked else self.current_card_key()
+        return self.current_card_key()
+
+    # -- compare --------------------------------------------------------------------------------
+
+    def marked_cards(self) -> list[svc.CardRow]:
+        rows = {c.key: c for c in svc.card_rows(self.rows, svc.Filters(), self.specs)}
+        return [rows[k] for k in self.marked if k in rows]
+
+    def update_compare(self) -> None:
+        body = self.query_one("#compare-body", Static)
+        cards = self.marked_cards()
+        if len(cards) < 2:
+            body.update("Mark 2–4 cards with [b]space[/b] in the Cards tab ([b]1[/b]), then press "
+                        "[b]v[/b] to see them side by side.")
+            return
+        width = self.query_one("#compare").size.width or self.app.size.width
+        body.update(compare_table(cards, width - 2))
+
+    def on_resize(self) -> None:
+        super().on_resize()
+        if self.is_mounted and self.marked:
+            self.update_compare()
+
+    # -- fit -------------------------------------------------------------------------------------
+
+    @on(Select.Changed, "#fit-model, #fit-job, #fit-prec")
+    @on(Input.Changed, "#fit-context, #fit-batch, #fit-layers, #fit-kv, #fit-hd")
+    def _fit_changed(self) -> None:
+        self.update_fit()
+
+    @on(Input.Changed, "#fit-params")
+    def _params_changed(self, event: Input.Changed) -> None:
+        model = self.query_one("#fit-model", Select)
+        if event.value.strip() and model.value != CUSTOM:
+            model.value = CUSTOM  # its Changed recomputes
+            return
+        self.update_fit()
+
+    def _int(self, sel: str, default: int | None) -> int | None:
+        raw = self.query_one(sel, Input).value.strip()
+        if not raw:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise CatalogError(f"{sel.removeprefix('#fit-')} must be a whole number") from None
+
+    def update_fit(self) -> None:
+        error = self.query_one("#fit-error", Static)
+        body = self.query_one("#fit-body", Static)
+        table = self.query_one("#fit-table", DataTable)
+        model = self.query_one("#fit-model", Select).value
+        job = self.query_one("#fit-job", Select).value
+        prec = self.query_one("#fit-prec", Select).value
+        try:
+            custom = model == CUSTOM
+            params = self.query_one("#fit-params", Input).value.strip()
+            if custom and not params:
+                raise CatalogError("Custom model: give its parameter count (e.g. 13e9 or 13B), "
+                                   "and its layers, kv heads and head dim if you know them")
+            answer = svc.fit(
+                None if custom else str(self._model_name(model)),
+                job=str(job), precision=str(prec),
+                context=self._int("#fit-context", 4096) or 0,
+                batch=self._int("#fit-batch", 1) or 0,
+                params=params if custom else None,
+                layers=self._int("#fit-layers", None) if custom else None,
+                kv_heads=self._int("#fit-kv", None) if custom else None,
+                head_dim=self._int("#fit-hd", None) if custom else None,
+                prices=self.rows,
+            )
+        except (CatalogError, ValueError) as exc:
+            self.fit_answer = None
+            error.update(f"⚠ {exc}")
+            body.update("")
+            table.clear()
+            return
+        error.update("")
+        self.fit_answer = answer
+        body.update(self._fit_text(answer))
+        table.clear()
+        for o in answer.options:
+            if o.fits:
+                count = str(o.count)
+                need = f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f}"
+            else:
+                count = "✗"
+                need = f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f} (8×)"
+            table.add_row(
+                svc.short_name(o.name), Text(count, justify="right"),
+                Text(svc._money(o.hourly), justify="right"),
+                o.quote.row.label if o.quote else ("no price" if o.fits else "does not fit"),
+                o.quote.row.as_of if o.quote else "—", need,
+                svc.link_label(self.specs[o.card]), "; ".join(o.warnings), key=o.card)
+
+    def _model_name(self, key: object) -> str:
+        return MODELS[str(key)].name
+
+    def _fit_text(self, answer: svc.FitAnswer) -> Text:
+        e = answer.estimate
+        fitting = answer.fitting
+        out = Text()
+        out.append(f"{e.model} · {e.params / 1e9:.2f} B params · {e.job.value} · {e.precision}"
+                   f" · {e.context:,} tokens × {e.batch}\n")
+        out.append(f"Needs {e.total_gb:.1f} GB on one GPU", style="bold")
+        if fitting:
+            best = fitting[0]
+            where = (f", cheapest {best.count}× {svc.short_name(best.name)} at "
+                     f"{svc._money(best.hourly)}/h" if best.hourly is not None else "")
+            out.append(f"; fits {len(fitting)} of {len(answer.options)} cards{where}\n")
+        else:
+            out.append("; fits no card on up to 8 GPUs\n", style="bold")
+        for note in e.notes:
+            out.append(f"⚠ {note}\n", style="bold")
+        top = max((p.bytes for p in e.all_parts), default=0)
+        for p in e.all_parts:
+            out.append(f"{p.name:<12}{p.gb:>8.2f} GB ")
+            out.append(bar(p.bytes, top, 20).ljust(20))
+            out.append("  split over GPUs\n" if p.split and p.bytes else "\n", style="dim")
+            out.append(f"   {p.assumption}\n", style="dim")
+        out.append(f"Cards below: the fewest GPUs (1/2/4/8) each fits on, cheapest first; "
+                   f"{svc.PRICE_NOTE}.", style="dim")
+        return out
+
+    @on(DataTable.RowSelected, "#fit-table")
+    def _fit_selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        option = next((o for o in (self.fit_answer.options if self.fit_answer else [])
+                       if o.card == key), None)
+        if key and option is not None:
+            self.show_cost(key, option.count if option.fits else None)
+
+    # -- cost ------------------------------------------------------------------------------------
+
+    def show_cost(self, key: str, count: int | None = None) -> None:
+        self.query_one("#cost-card", Select).value = key
+        if count:
+            self.query_one("#cost-count", Input).value = str(count)
+        self.update_cost()
+        self.action_tab("cost")
+
+    @on(Select.Changed, "#cost-card")
+    @on(Input.Changed, "#cost-count, #cost-hours")
+    def _cost_changed(self) -> None:
+        self.update_cost()
+
+    def update_cost(self) -> None:
+        error = self.query_one("#cost-error", Static)
+        notes = self.query_one("#cost-notes", Static)
+        table = self.query_one("#cost-table", DataTable)
+        card = self.query_one("#cost-card", Select).value
+        table.clear()
+        try:
+            count_raw = self.query_one("#cost-count", Input).value.strip() or "1"
+            try:
+                count = int(count_raw)
+            except ValueError:
+                raise CatalogError(f"GPUs must be a whole number (got {count_raw!r})") from None
+            hours = self.query_one("#cost-hours", Input).value.strip() or "0"
+            answer = svc.cost(str(card), count=count, hours=hours, prices=self.rows)
+        except (CatalogError, ValueError, ArithmeticError) as exc:
+            self.cost_answer = None
+            error.update(f"⚠ {exc}")
+            notes.update("")
+            return
+        error.update("")
+        self.cost_answer = answer
+        for i, c in enumerate(answer.costs):
+            cells = svc.cost_cells(c)
+            provider, tier, package, billing, cost, billed, rate, sec, minute, hour, as_of, nts = cells
+            table.add_row(provider, tier, Text(cost, justify="right"), billing, package,
+                          Text(rate, justify="right"), Text(billed, justify="right"),
+                          Text(sec, justify="right"), Text(minute, justify="right"),
+                          Text(hour, justify="right"), as_of, nts, key=str(i))
+        lines = []
+        if not answer.costs:
+            lines.append(f"No reference price for the {answer.spec.name}: add one under "
+                         "[[prices]] in config.toml.")
+        else:
+            lines.append(f"{answer.count}× {answer.spec.name} for {answer.hours} h, cheapest "
+                         f"first: {svc.PRICE_NOTE}.")
+        lines.extend(f"Break-even: {b.statement}" for b in answer.break_evens)
+        notes.update(Text("\n".join(lines)))

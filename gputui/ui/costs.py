@@ -1,0 +1,214 @@
+"""Costs: what is billing now (compute and storage apart), today's and this month's totals,
+budgets, the ledger of ended instances, totals by period / GPU / task, and a spend chart."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import ContentSwitcher, DataTable, Static
+
+from gputui.models import Instance, LedgerEntry
+from gputui.services.costs import daily_series, group_ledger, instance_cost, totals
+from gputui.services.views import format_money, format_remaining
+from gputui.store import InstanceChanged, LeaseChanged, LedgerChanged
+from gputui.ui.base import BaseScreen, StoreEvent
+
+NOW_COLUMNS = [
+    ("name", "Name"), ("state", "State"), ("rate", "$/h"), ("compute", "Compute"),
+    ("storage", "Storage"), ("accrued", "Accrued"), ("release", "Release in"),
+    ("projected", "At release"), ("gpu", "GPU"),
+]
+LEDGER_COLUMNS = [
+    ("ended", "Ended"), ("name", "Task"), ("gpu", "GPU"), ("hours", "Hours"),
+    ("compute", "Compute"), ("storage", "Storage"), ("total", "Total"), ("reason", "Ended by"),
+    ("provider", "Provider"),
+]
+GROUPINGS = ["day", "week", "month", "gpu", "task"]
+
+
+def bar(value: Decimal, top: Decimal, width: int) -> str:
+    if top <= 0:
+        return ""
+    cells = float(value / top) * width
+    full = int(cells)
+    part = " ▏▎▍▌▋▊▉"[int((cells - full) * 8)] if full < width else ""
+    return ("█" * full + part.strip()).ljust(width)
+
+
+class CostsScreen(BaseScreen):
+    TITLE = "Costs"
+    BINDINGS = [
+        Binding("1", "view('now')", "Now"),
+        Binding("2", "view('ledger')", "Ledger"),
+        Binding("3", "view('totals')", "Totals"),
+        Binding("4", "view('chart')", "Chart"),
+        Binding("b", "group", "Group by", show=False),
+    ]
+    DEFAULT_CSS = """
+    CostsScreen #totals { padding: 0 1; height: auto; background: $boost; }
+    CostsScreen #views { height: 1fr; }
+    CostsScreen DataTable { height: 1fr; }
+    CostsScreen .note { padding: 0 1; color: $text-muted; height: auto; }
+    CostsScreen #chart, CostsScreen #group-title { padding: 0 1; height: auto; }
+    """
+
+    def compose_body(self) -> ComposeResult:
+        yield Static("", id="totals")
+        with ContentSwitcher(initial="now", id="views"):
+            with Vertical(id="now"):
+                yield DataTable(id="now-table", cursor_type="row")
+                yield Static("Nothing is billing. Ended instances are in the ledger (2).",
+                             id="now-empty", classes="note")
+            with Vertical(id="ledger"):
+                yield DataTable(id="ledger-table", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="totals-view"):
+                yield Static("", id="group-title")
+                yield DataTable(id="group-table", cursor_type="row")
+            with Vertical(id="chart-view"):
+                yield Static("", id="chart")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        now_table = self.query_one("#now-table", DataTable)
+        for key, label in NOW_COLUMNS:
+            now_table.add_column(label, key=key)
+        ledger = self.query_one("#ledger-table", DataTable)
+        for key, label in LEDGER_COLUMNS:
+            ledger.add_column(label, key=key)
+        group = self.query_one("#group-table", DataTable)
+        for key, label in (("key", "Period"), ("total", "Total"), ("count", "Instances"),
+                           ("bar", "")):
+            group.add_column(label, key=key)
+        self.grouping = "day"
+        self._cells: dict[tuple[str, str], str] = {}
+        self.reload()
+        self.set_interval(1.0, self.tick)
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        store = self.gapp.store
+        self._instances: list[Instance] = store.instances_sync()
+        self._leases = {le.instance_id: le for le in store.leases_sync()}
+        self._ledger: list[LedgerEntry] = store.ledger_sync()
+        self._fill_now()
+        self._fill_ledger()
+        self._fill_groups()
+        self._fill_chart()
+        self.tick()
+
+    def _now_cells(self, inst: Instance) -> dict[str, str]:
+        now = self.gapp.now()
+        cost = instance_cost(inst, self._leases.get(inst.id), now)
+        cur = inst.billing.currency
+        release = format_remaining(cost.release_at and (cost.release_at - now).total_seconds())
+        return {
+            "name": inst.name,
+            "state": cost.billing_state,
+            "rate": format_money(cost.rate, cur),
+            "compute": format_money(cost.compute, cur),
+            "storage": format_money(cost.storage, cur),
+            "accrued": format_money(cost.accrued, cur),
+            "release": release if cost.release_at else "⚠ no timer",
+            "projected": format_money(cost.projected, cur) if cost.projected is not None else "-",
+            "gpu": f"{inst.gpu_count}× {inst.gpu}",
+        }
+
+    def _fill_now(self) -> None:
+        table = self.query_one("#now-table", DataTable)
+        live = {i.id: i for i in self._instances if i.status.live}
+        for row_key in list(table.rows):
+            if row_key.value not in live:
+                table.remove_row(row_key)
+                for col, _ in NOW_COLUMNS:
+                    self._cells.pop((str(row_key.value), col), None)
+        for iid, inst in live.items():
+            cells = self._now_cells(inst)
+            if iid not in {k.value for k in table.rows}:
+                table.add_row(*(cells[k] for k, _ in NOW_COLUMNS), key=iid)
+                self._cells.update({(iid, k): v for k, v in cells.items()})
+        self.query_one("#now-empty").display = not live
+
+    def tick(self) -> None:
+        """Once a second: only the cells whose text changed are redrawn."""
+        table = self.query_one("#now-table", DataTable)
+        for inst in self._instances:
+            if not inst.status.live or inst.id not in {k.value for k in table.rows}:
+                continue
+            for key, value in self._now_cells(inst).items():
+                if self._cells.get((inst.id, key)) != value:
+                    self._cells[(inst.id, key)] = value
+                    table.update_cell(inst.id, key, value, update_width=True)
+        t = totals(self._instances, self._ledger, self.gapp.now())
+        budget = self.gapp.config.budget
+        caps = []
+        if budget.daily is not None:
+            caps.append(f"day cap {format_money(budget.daily)} ({_pct(t.today, budget.daily)})")
+        if budget.monthly is not None:
+            caps.append(f"month cap {format_money(budget.monthly)} ({_pct(t.month, budget.monthly)})")
+        text = (f"[b]{format_money(t.rate)}/h[/b] now · live {format_money(t.accrued_live)} · "
+                f"today [b]{format_money(t.today)}[/b] · this month [b]{format_money(t.month)}[/b]")
+        if caps:
+            text += "\n" + " · ".join(caps)
+        self.query_one("#totals", Static).update(text)
+
+    def _fill_ledger(self) -> None:
+        table = self.query_one("#ledger-table", DataTable)
+        present = {k.value for k in table.rows}
+        for e in reversed(self._ledger):  # newest first
+            if e.instance_id in present:
+                continue
+            table.add_row(
+                e.ended_at.astimezone().strftime("%m-%d %H:%M"), e.name,
+                f"{e.gpu_count}× {e.gpu}", f"{e.running_seconds / 3600:.2f}",
+                format_money(e.compute_cost, e.currency), format_money(e.storage_cost, e.currency),
+                format_money(e.total, e.currency), e.end_reason, e.provider, key=e.instance_id,
+            )
+        if table.row_count and not present:
+            table.move_cursor(row=0)
+
+    def _fill_groups(self) -> None:
+        table = self.query_one("#group-table", DataTable)
+        table.clear()  # a regrouping is a new table; not redrawn on ticks
+        rows = group_ledger(self._ledger, self.grouping)
+        top = max((r[1] for r in rows), default=Decimal(0))
+        for key, total, count in rows:
+            table.add_row(key, format_money(total), str(count), bar(total, top, 20), key=key)
+        label = {"day": "day", "week": "week", "month": "month", "gpu": "GPU type", "task": "task label"}
+        self.query_one("#group-title", Static).update(
+            f"Ended instances by [b]{label[self.grouping]}[/b] (b: group by "
+            f"{' / '.join(GROUPINGS)})")
+
+    def _fill_chart(self) -> None:
+        series = daily_series(self._ledger, self._instances, self.gapp.now())
+        top = max((v for _, v in series), default=Decimal(0))
+        lines = ["[b]Spend per day, last 14 days[/b] (running instances included)", ""]
+        for day, value in series:
+            lines.append(f"{day} {bar(value, top, 40)} {format_money(value)}")
+        self.query_one("#chart", Static).update("\n".join(lines))
+
+    # -- actions -----------------------------------------------------------------------------------
+
+    def action_view(self, name: str) -> None:
+        target = {"now": "now", "ledger": "ledger", "totals": "totals-view", "chart": "chart-view"}[name]
+        self.query_one(ContentSwitcher).current = target
+        if name == "chart":
+            self._fill_chart()
+
+    def action_group(self) -> None:
+        self.grouping = GROUPINGS[(GROUPINGS.index(self.grouping) + 1) % len(GROUPINGS)]
+        self._fill_groups()
+        self.action_view("totals")
+
+    def on_store_event(self, message: StoreEvent) -> None:
+        if isinstance(message.event, InstanceChanged | LeaseChanged | LedgerChanged):
+            self.reload()
+
+
+def _pct(spent: Decimal, cap: Decimal) -> str:
+    if cap <= 0:
+        return "-"
+    return f"{spent / cap * 100:.0f} %"
