@@ -17,32 +17,36 @@ from gputui.services.hub import Services
 from gputui.services.leases import LeaseService
 from gputui.store import InstanceChanged, Notice, SessionStore
 from gputui.ui.base import BaseScreen
-from gputui.ui.costs import CostsScreen
-from gputui.ui.create import CreateScreen
 from gputui.ui.help import HelpScreen
-from gputui.ui.home import HomeScreen
-from gputui.ui.pending import (
-    CatalogScreen,
-    MonitorScreen,
-    OllamaScreen,
-)
 from gputui.ui.theming import DEFAULT_THEME, load_themes
 from gputui.ui.widgets import TopBar, size_note
 
-# (mode, key, label, screen, what it is for) — one key each, and a palette entry each.
-SCREENS: list[tuple[str, str, str, type[BaseScreen], str]] = [
-    ("home", "h", "Home", HomeScreen, "Instances, release countdowns and costs"),
-    ("catalog", "g", "Catalog", CatalogScreen, "Compare GPUs, check a model fits"),
-    ("create", "n", "New", CreateScreen, "Rent an instance with a release timer"),
-    ("monitor", "m", "Monitor", MonitorScreen, "Live GPU telemetry over SSH"),
-    ("ollama", "o", "Ollama", OllamaScreen, "Ollama models and GPU selection"),
-    ("costs", "c", "Costs", CostsScreen, "Running cost meter, budgets, ledger"),
+# (mode, key, label, "module:Class", what it is for) — one key each, and a palette entry each.
+# Screens are imported when first shown, so the first frame does not wait for all of them.
+SCREENS: list[tuple[str, str, str, str, str]] = [
+    ("home", "h", "Home", "gputui.ui.home:HomeScreen", "Instances, release countdowns and costs"),
+    ("catalog", "g", "Catalog", "gputui.ui.pending:CatalogScreen", "Compare GPUs, check a model fits"),
+    ("create", "n", "New", "gputui.ui.create:CreateScreen", "Rent an instance with a release timer"),
+    ("monitor", "m", "Monitor", "gputui.ui.pending:MonitorScreen", "Live GPU telemetry over SSH"),
+    ("ollama", "o", "Ollama", "gputui.ui.pending:OllamaScreen", "Ollama models and GPU selection"),
+    ("costs", "c", "Costs", "gputui.ui.costs:CostsScreen", "Running cost meter, budgets, ledger"),
 ]
+
+
+def screen_class(spec: str) -> type[BaseScreen]:
+    import importlib
+
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _factory(spec: str) -> Callable[[], Screen]:
+    return lambda: screen_class(spec)()
 
 
 class GpuTuiApp(App[int]):
     TITLE = "gputui"
-    MODES = {mode: screen for mode, _k, _l, screen, _w in SCREENS}
+    MODES = {mode: _factory(spec) for mode, _k, _l, spec, _w in SCREENS}
     DEFAULT_MODE = "home"
     BINDINGS = [
         *[Binding(key, f"goto('{mode}')", label) for mode, key, label, _s, _w in SCREENS],
@@ -75,22 +79,28 @@ class GpuTuiApp(App[int]):
         self._requested_theme = theme_name
         self._live: list[Instance] = []
         self.now: Callable[[], datetime] = utcnow  # tests freeze the clock here
+        self._choose_theme()
 
     # -- start-up -------------------------------------------------------------------------------
 
-    def on_mount(self) -> None:
+    def _choose_theme(self) -> None:
+        """Themes are registered and chosen before the first frame (no restyle after it)."""
         loaded = load_themes([config_dir() / "themes"])
         for theme in loaded.themes.values():
             self.register_theme(theme)
-        for warning in loaded.warnings:
-            self.notify(warning, severity="warning", timeout=8)
+        self._theme_warnings = list(loaded.warnings)
         wanted = self._requested_theme or self.config.ui.theme or DEFAULT_THEME
         if wanted not in self.available_themes:
-            self.notify(f"unknown theme {wanted!r}; using {DEFAULT_THEME}", severity="warning")
+            self._theme_warnings.append(f"unknown theme {wanted!r}; using {DEFAULT_THEME}")
             wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
         self.theme = wanted
+        self._theme_chosen = wanted
+
+    def on_mount(self) -> None:
+        for warning in self._theme_warnings:
+            self.notify(warning, severity="warning", timeout=8)
         if self._requested_theme and self._remember_theme:
-            self._save_theme(wanted)
+            self._save_theme(self._theme_chosen)
         self._reload_live()
         self.store.subscribe(self._on_store_event)
         self.set_interval(1.0, self._tick)
@@ -181,7 +191,7 @@ class GpuTuiApp(App[int]):
         self.push_screen(HelpScreen(groups))
 
     def watch_theme(self, name: str) -> None:
-        if self.is_mounted and self._remember_theme and name != self.config.ui.theme:
+        if self.is_running and self._remember_theme and name != self.config.ui.theme:
             self._save_theme(name)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

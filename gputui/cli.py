@@ -82,11 +82,10 @@ def _refresh_quietly(args: argparse.Namespace, store) -> None:
     """Bring live instances up to date with their providers (a power-off or a scheduled
     termination that happened while nothing ran). Providers that need the network are not
     asked here; `gputui reap` does the full round."""
-    import asyncio
-
     live = [i for i in store.instances_sync(live_only=True) if i.provider == "sandbox"]
     if not live:
         return
+    import asyncio
     from gputui.services.hub import ServiceError
 
     async def refresh() -> None:

@@ -78,7 +78,7 @@ def parse_duration(text: str) -> timedelta:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class UISettings(_Section):
@@ -119,11 +119,11 @@ class ProviderSettings(_Section):
     # `lambda` is a Python keyword, so the attribute has another name.
     lambda_cloud: LambdaSettings = Field(default_factory=LambdaSettings, alias="lambda")
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 class PriceOverride(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     provider: str
     gpu: str
     price_per_gpu_hour: Decimal = Field(ge=0)
@@ -160,7 +160,7 @@ def load_config(path: Path | None = None) -> Config:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return Config()
+        return Config.model_construct()  # the defaults, which need no validating
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:

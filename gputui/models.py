@@ -34,7 +34,8 @@ def money(value: Decimal) -> Decimal:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", validate_assignment=False)
+    # defer_build: a model is compiled on first use, so commands pay only for what they touch
+    model_config = ConfigDict(extra="ignore", validate_assignment=False, defer_build=True)
 
 
 class Granularity(StrEnum):

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sqlite3
 import threading
@@ -38,6 +37,13 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 HISTORY = 300  # samples kept per GPU (5 min at 1 s)
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+async def _to_thread(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+    import asyncio  # imported here: plain commands read the store without an event loop
+
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 class StateError(Exception):
@@ -145,7 +151,7 @@ class SessionStore:
 
     @classmethod
     async def open(cls, path: Path, **kw: int) -> SessionStore:
-        return await asyncio.to_thread(cls, path, **kw)
+        return await _to_thread(cls, path, **kw)
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
@@ -422,36 +428,36 @@ class SessionStore:
     # -- async face --------------------------------------------------------------------------------
 
     async def put_instance(self, inst: Instance) -> Instance:
-        return await asyncio.to_thread(self.put_instance_sync, inst)
+        return await _to_thread(self.put_instance_sync, inst)
 
     async def update_instance(
         self, instance_id: str, change: Callable[[Instance], Instance | None]
     ) -> Instance:
-        return await asyncio.to_thread(self.update_instance_sync, instance_id, change)
+        return await _to_thread(self.update_instance_sync, instance_id, change)
 
     async def get_instance(self, instance_id: str) -> Instance | None:
-        return await asyncio.to_thread(self.get_instance_sync, instance_id)
+        return await _to_thread(self.get_instance_sync, instance_id)
 
     async def instances(self, *, live_only: bool = False) -> list[Instance]:
-        return await asyncio.to_thread(self.instances_sync, live_only=live_only)
+        return await _to_thread(self.instances_sync, live_only=live_only)
 
     async def put_lease(self, lease: Lease) -> Lease:
-        return await asyncio.to_thread(self.put_lease_sync, lease)
+        return await _to_thread(self.put_lease_sync, lease)
 
     async def update_lease(self, instance_id: str, change: Callable[[Lease], Lease | None]) -> Lease:
-        return await asyncio.to_thread(self.update_lease_sync, instance_id, change)
+        return await _to_thread(self.update_lease_sync, instance_id, change)
 
     async def get_lease(self, instance_id: str) -> Lease | None:
-        return await asyncio.to_thread(self.get_lease_sync, instance_id)
+        return await _to_thread(self.get_lease_sync, instance_id)
 
     async def leases(self) -> list[Lease]:
-        return await asyncio.to_thread(self.leases_sync)
+        return await _to_thread(self.leases_sync)
 
     async def end_instance(self, instance_id: str, entry: LedgerEntry, ended: Instance) -> bool:
-        return await asyncio.to_thread(self.end_instance_sync, instance_id, entry, ended)
+        return await _to_thread(self.end_instance_sync, instance_id, entry, ended)
 
     async def ledger(self) -> list[LedgerEntry]:
-        return await asyncio.to_thread(self.ledger_sync)
+        return await _to_thread(self.ledger_sync)
 
     # -- telemetry and links (memory only) ---------------------------------------------------------
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable
 
-from gputui.app import SCREENS, GpuTuiApp
+from gputui.app import SCREENS, GpuTuiApp, screen_class
 from gputui.config import Config, load_config
 from gputui.models import BillingRule, Instance, InstanceStatus, Lease
 from gputui.store import SessionStore
@@ -32,7 +32,8 @@ def make_app(home: Path, **kw) -> GpuTuiApp:
 async def test_every_screen_by_its_key(gputui_home: Path, size: tuple[int, int]):
     app = make_app(gputui_home)
     async with app.run_test(size=size) as pilot:
-        for mode, key, _label, screen_cls, _what in SCREENS[1:] + SCREENS[:1]:
+        for mode, key, _label, spec, _what in SCREENS[1:] + SCREENS[:1]:
+            screen_cls = screen_class(spec)
             await pilot.press(key)
             await pilot.pause()
             assert app.current_mode == mode
@@ -47,7 +48,8 @@ async def test_every_screen_by_its_key(gputui_home: Path, size: tuple[int, int])
 async def test_every_screen_by_the_palette(gputui_home: Path, size: tuple[int, int]):
     app = make_app(gputui_home)
     async with app.run_test(size=size) as pilot:
-        for mode, _key, label, screen_cls, _what in SCREENS[1:]:
+        for mode, _key, label, spec, _what in SCREENS[1:]:
+            screen_cls = screen_class(spec)
             await pilot.press("ctrl+p")
             await pilot.pause()
             await pilot.press(*f"Go to {label}")
