@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from textual import work
-from textual.app import App, SystemCommand
+from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
@@ -156,7 +156,11 @@ class GpuTuiApp(App[int]):
         return rate, accrued, len(billing)
 
     def refresh_meter(self, screen: Screen | None = None) -> None:
-        screen = screen or self.screen
+        if screen is None:
+            try:
+                screen = self.screen
+            except ScreenStackError:  # between two modes: the next tick draws it
+                return
         try:
             bar = screen.query_one(TopBar)
         except Exception:  # a modal screen has no top bar

@@ -20,6 +20,19 @@ SIZES = [(80, 24), (200, 60)]
 FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
+async def settle(app: GpuTuiApp, pilot, screen_cls: type) -> None:
+    """Wait until a mode switch has finished (a switch is asynchronous in Textual)."""
+    from textual.app import ScreenStackError
+
+    for _ in range(50):
+        await pilot.pause(0.02)
+        try:
+            if isinstance(app.screen, screen_cls):
+                return
+        except ScreenStackError:
+            continue
+
+
 def make_app(home: Path, **kw) -> GpuTuiApp:
     store = SessionStore(home / "state.db")
     kw.setdefault("background", False)
@@ -35,7 +48,7 @@ async def test_every_screen_by_its_key(gputui_home: Path, size: tuple[int, int])
         for mode, key, _label, spec, _what in SCREENS[1:] + SCREENS[:1]:
             screen_cls = screen_class(spec)
             await pilot.press(key)
-            await pilot.pause()
+            await settle(app, pilot, screen_cls)
             assert app.current_mode == mode
             assert isinstance(app.screen, screen_cls)
             bar = app.screen.query_one(TopBar)
@@ -55,7 +68,7 @@ async def test_every_screen_by_the_palette(gputui_home: Path, size: tuple[int, i
             await pilot.press(*f"Go to {label}")
             await pilot.pause(0.3)
             await pilot.press("enter")
-            await pilot.pause()
+            await settle(app, pilot, screen_cls)
             assert app.current_mode == mode, label
             assert isinstance(app.screen, screen_cls)
 
