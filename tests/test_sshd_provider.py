@@ -131,3 +131,35 @@ async def test_refused_login_and_unreachable_host_are_one_line(sshd, services: S
         await add_ssh_host(services, closed, name="x", gpu=None, price=Decimal(1),
                            per=Granularity.SECOND)
     assert time.monotonic() - started < 12
+
+
+async def test_console_add_host_asks_once_about_the_host_key(sshd, gputui_home: Path):
+    from textual.widgets import Input
+
+    from gputui.app import GpuTuiApp
+    from gputui.ui.create import ConfirmScreen
+    from gputui.ui.dialogs import AddHostDialog
+
+    store = SessionStore(gputui_home / "state.db")
+    app = GpuTuiApp(config=Config(), store=store, background=False,
+                    services=Services(store, Config(), state_dir=gputui_home))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, AddHostDialog)
+        dialog.query_one("#line", Input).value = f"ssh -p {sshd['port']} -i {sshd['key']} root@127.0.0.1"
+        dialog.query_one("#price", Input).value = "1.90"
+        dialog.query_one("#name", Input).value = "rented"
+        dialog.query_one("#gpu", Input).focus()
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "SHA256:" in str(app.screen.query_one("#question").render())
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        [inst] = store.instances_sync()
+        assert inst.name == "rented" and inst.gpu_count == 4 and inst.provider == "ssh"
+        assert str(inst.billing.price_per_hour) == "1.90"

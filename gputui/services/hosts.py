@@ -8,6 +8,15 @@ from gputui.models import Granularity, Instance, SSHEndpoint
 from gputui.services.hub import ServiceError, Services, new_instance_id
 
 
+class UnknownHostKeyError(ServiceError):
+    """The host's key is not known yet: show the fingerprint and ask (or --accept-new-host-key)."""
+
+    def __init__(self, where: str, fingerprint: str) -> None:
+        super().__init__(f"{where}: unknown host key {fingerprint}; check it with the provider, "
+                         "then add --accept-new-host-key")
+        self.where, self.fingerprint = where, fingerprint
+
+
 async def add_ssh_host(
     services: Services,
     endpoint: SSHEndpoint,
@@ -36,10 +45,7 @@ async def add_ssh_host(
     try:
         result = await link.run("nvidia-smi -L", timeout=30)
     except UnknownHostKey as exc:
-        raise ServiceError(
-            f"{where}: unknown host key {exc.fingerprint}; check it with the provider, then "
-            "add --accept-new-host-key"
-        ) from None
+        raise UnknownHostKeyError(where, exc.fingerprint) from None
     except SSHLayerError as exc:
         raise ServiceError(f"{where}: {exc}") from None
     finally:

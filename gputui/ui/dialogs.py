@@ -66,3 +66,69 @@ class TimerDialog(ModalScreen[object]):
             self.dismiss(parse_release(text, self.now()))
         except ValueError as exc:
             error.update(str(exc))
+
+
+class AddHostDialog(ModalScreen[dict | None]):
+    """Add an instance rented elsewhere: its ssh line as the platform gives it, and its price."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    DEFAULT_CSS = """
+    AddHostDialog { align: center middle; }
+    AddHostDialog > VerticalScroll {
+        width: 76; max-width: 100%; height: auto; max-height: 100%; border: round $primary;
+        background: $surface; padding: 0 1;
+    }
+    AddHostDialog Input, AddHostDialog Select { margin-bottom: 1; }
+    AddHostDialog #host-error { color: $error; height: auto; }
+    """
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import Select
+
+        with VerticalScroll():
+            yield Static("[b]Add an instance rented elsewhere[/b] (enter on the last field adds it)")
+            yield Input(placeholder="ssh -p 2222 root@host  (as the platform gives it)", id="line",
+                        compact=True)
+            yield Input(placeholder="price per hour for the whole instance, e.g. 2.50", id="price",
+                        compact=True)
+            yield Select([("billed per second", "second"), ("billed per minute", "minute"),
+                          ("billed per started hour", "hour")], value="second", id="per",
+                         allow_blank=False, compact=True)
+            yield Input(placeholder="task label (optional)", id="name", compact=True)
+            yield Input(placeholder="GPU model (optional: detected with nvidia-smi -L)", id="gpu",
+                        compact=True)
+            yield Static("", id="host-error")
+
+    def on_mount(self) -> None:
+        self.query_one("#line", Input).focus()
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "gpu":
+            self.focus_next()
+            return
+        from decimal import Decimal, InvalidOperation
+
+        from textual.widgets import Select
+
+        from gputui.remote.sshline import parse_ssh_line
+
+        error = self.query_one("#host-error", Static)
+        try:
+            endpoint = parse_ssh_line(self.query_one("#line", Input).value)
+        except ValueError as exc:
+            error.update(f"ssh line: {exc}")
+            return
+        try:
+            price = Decimal(self.query_one("#price", Input).value.strip())
+            if not price.is_finite() or price < 0 or price > 10_000:
+                raise InvalidOperation
+        except InvalidOperation:
+            error.update("price: give the hourly price, e.g. 2.50")
+            return
+        self.dismiss({
+            "endpoint": endpoint, "price": price,
+            "per": self.query_one("#per", Select).value,
+            "name": self.query_one("#name", Input).value.strip() or None,
+            "gpu": self.query_one("#gpu", Input).value.strip() or None,
+        })

@@ -45,6 +45,7 @@ class HomeScreen(BaseScreen):
         Binding("e", "extend", "Extend 1h"),
         Binding("t", "timer", "Timer…"),
         Binding("r", "release", "Release"),
+        Binding("a", "add_host", "Add host"),
         Binding("enter", "monitor", "Monitor", show=False),
     ]
     DEFAULT_CSS = """
@@ -208,3 +209,35 @@ class HomeScreen(BaseScreen):
         self.gapp.action_goto("monitor")
         if inst is not None:
             self.gapp.focus_instance = inst.id
+
+    def action_add_host(self) -> None:
+        from gputui.ui.dialogs import AddHostDialog
+
+        self.app.push_screen(AddHostDialog(), self._host_given)
+
+    def _host_given(self, form: dict | None) -> None:
+        if form:
+            self.add_host(form, accept_new=False)
+
+    @work(group="hosts", exit_on_error=False)
+    async def add_host(self, form: dict, accept_new: bool) -> None:
+        from gputui.models import Granularity
+        from gputui.services.hosts import UnknownHostKeyError, add_ssh_host
+
+        try:
+            inst = await add_ssh_host(
+                self.gapp.services, form["endpoint"], name=form["name"], gpu=form["gpu"],
+                price=form["price"], per=Granularity(form["per"]), accept_new_host_key=accept_new)
+        except UnknownHostKeyError as exc:
+            from gputui.ui.create import ConfirmScreen
+
+            self.app.push_screen(
+                ConfirmScreen(f"[b]Unknown host[/b] {exc.where}\n\nIts host key fingerprint is\n"
+                              f"[b]{exc.fingerprint}[/b]\n\nTrust it only if it matches what the "
+                              "provider shows.", "Trust and add", "Cancel"),
+                lambda yes: self.add_host(form, accept_new=True) if yes else None)
+            return
+        except Exception as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return
+        self.notify(f"added {inst.name}: {inst.gpu_count}× {inst.gpu}")
