@@ -86,6 +86,7 @@ def _refresh_quietly(args: argparse.Namespace, store) -> None:
     if not live:
         return
     import asyncio
+
     from gputui.services.hub import ServiceError
 
     async def refresh() -> None:

@@ -200,11 +200,15 @@ def test_match_card(query: str, card: str):
 
 
 def test_ambiguous_name_is_refused_with_the_candidates():
+    # "4090" is the plain RTX 4090, not its 4090 D variant (design: `4090` is enough)
+    assert match_card("4090").key == "rtx_4090"
     with pytest.raises(AmbiguousGpu) as exc:
-        match_card("4090")
+        match_card("A100")
     assert isinstance(exc.value, ValueError)
-    assert exc.value.candidates == ["GeForce RTX 4090", "GeForce RTX 4090 D (China SKU)"]
-    assert "GeForce RTX 4090," in str(exc.value) and "\n" not in str(exc.value)
+    assert exc.value.candidates == [
+        "A100 40GB PCIe", "A100 40GB SXM4", "A100 80GB PCIe", "A100 80GB SXM4"
+    ]
+    assert "A100 40GB PCIe," in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(AmbiguousGpu) as exc:
         match_card("H100")
     assert len(exc.value.candidates) == 2
@@ -227,9 +231,10 @@ def test_match_gpu_against_a_providers_offer_names():
     assert match_gpu("NVIDIA RTX-4090-D", names) == "GeForce RTX 4090 D"
     assert match_gpu("sxm", names) == "H100 SXM"
     assert match_gpu("a100", names) == "A100 80GB"
+    assert match_gpu("4090", names) == "GeForce RTX 4090"  # the plain one, not its D variant
     with pytest.raises(AmbiguousGpu) as exc:
-        match_gpu("4090", names)
-    assert exc.value.candidates == ["GeForce RTX 4090", "GeForce RTX 4090 D"]
+        match_gpu("h100", names)
+    assert exc.value.candidates == ["H100 PCIe", "H100 SXM"]
     with pytest.raises(UnknownGpu):
         match_gpu("B200", names)
 
@@ -374,7 +379,7 @@ def test_override_a_weekly_package_by_its_package_price():
         ({"provider": "x", "gpu": "RTX 4090", "price_per_gpu_hour": "nan"}, "price_per_gpu_hour"),
         ({"provider": "x", "gpu": "RTX 4090"}, "price_per_gpu_hour"),
         ({"provider": "x", "gpu": "RTX 4090", "prce": 1}, "prce"),
-        ({"provider": "x", "gpu": "4090", "price_per_gpu_hour": 1}, "gpu"),
+        ({"provider": "x", "gpu": "A100", "price_per_gpu_hour": 1}, "gpu"),  # ambiguous
         ({"provider": "x", "gpu": "Voodoo 5", "price_per_gpu_hour": 1}, "gpu"),
         ({"provider": "x", "price_per_gpu_hour": 1}, "gpu"),
         ({"gpu": "RTX 4090", "price_per_gpu_hour": 1}, "provider"),

@@ -15,6 +15,7 @@ streamed lines, or for a whole load) for pulls and loads.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +34,50 @@ __all__ = [
     "PullEvent",
     "PullProgress",
     "RunningModel",
+    "normalize_name",
+    "parse_host",
 ]
+
+DEFAULT_PORT = 11434
+_REGISTRY = "registry.ollama.ai"
+
+
+def normalize_name(name: str) -> str:
+    """A model name as Ollama stores it: 'qwen2.5' -> 'qwen2.5:latest',
+    'registry.ollama.ai/library/qwen2.5:7b' and 'library/qwen2.5:7b' -> 'qwen2.5:7b'."""
+    name = name.strip()
+    for prefix in (f"{_REGISTRY}/library/", f"{_REGISTRY}/", "library/"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
+
+
+def parse_host(value: str | None) -> tuple[str, int]:
+    """OLLAMA_HOST as Ollama reads it: '127.0.0.1:11500', '0.0.0.0', 'http://host:port',
+    ':11500', '[::1]:11434' -> (host, port); unset: 127.0.0.1:11434."""
+    text = (value or "").strip()
+    if "://" in text:
+        text = text.split("://", 1)[1]
+    text = text.split("/", 1)[0]
+    host, port = "127.0.0.1", DEFAULT_PORT
+    if text.startswith("["):
+        end = text.find("]")
+        host = text[1:end] or host
+        rest = text[end + 1:]
+        if rest.startswith(":") and rest[1:].isdigit():
+            port = int(rest[1:])
+        return host, port
+    if ":" in text:
+        h, _, p = text.rpartition(":")
+        host = h or host
+        if p.isdigit():
+            port = int(p)
+    elif text:
+        host = text
+    return host, port
 
 
 class OllamaError(Exception):
@@ -167,9 +211,11 @@ class PullProgress:
     status: str = ""
     layers: dict[str, tuple[int, int]] = field(default_factory=dict)  # digest -> (total, done)
     done: bool = False
+    digest: str | None = None  # the layer of the latest line, if it named one
 
     def update(self, event: PullEvent) -> PullProgress:
         self.status = event.status
+        self.digest = event.digest
         if event.digest and event.total:
             _, before = self.layers.get(event.digest, (0, 0))
             completed = max(before, event.completed or 0)
@@ -206,6 +252,37 @@ def _details(obj: Any) -> dict[str, Any]:
         "quantization": details.quantization_level,
         "format": details.format,
     }
+
+
+def _models(data: Any) -> list[dict[str, Any]]:
+    models = data.get("models") if isinstance(data, dict) else None
+    return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+
+
+def _details_json(m: dict[str, Any]) -> dict[str, Any]:
+    d = m.get("details") if isinstance(m.get("details"), dict) else {}
+
+    def text(key: str) -> str | None:
+        value = d.get(key)
+        return str(value) if value not in (None, "") else None
+
+    return {"family": text("family"), "parameter_size": text("parameter_size"),
+            "quantization": text("quantization_level"), "format": text("format")}
+
+
+def _time(value: Any) -> datetime | None:
+    """RFC 3339 with nanoseconds ("2023-11-04T14:56:49.277302595-07:00") -> datetime."""
+    if not isinstance(value, str) or not value:
+        return None
+    m = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)?", value.strip())
+    if m is None:
+        return None
+    frac = (m.group(2) or "")[:7]
+    zone = m.group(3) or "+00:00"
+    try:
+        return datetime.fromisoformat(m.group(1) + frac + ("+00:00" if zone == "Z" else zone))
+    except ValueError:
+        return None
 
 
 def _int(value: Any) -> int | None:
@@ -281,26 +358,42 @@ class OllamaClient:
         except ValueError:
             raise OllamaError("/api/version: not JSON") from None
 
+    async def _get_json(self, path: str) -> Any:
+        try:
+            resp = await self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise self._map(exc) from None
+        if resp.status_code != 200:
+            raise self._map(ollama.ResponseError(resp.text, resp.status_code))
+        try:
+            return resp.json()
+        except ValueError:
+            raise OllamaError(f"{path}: the answer is not JSON") from None
+
     async def tags(self) -> list[InstalledModel]:
-        resp = await self._call(self._quick.list())
+        # Parsed here rather than by the library: docs/api.md's shape names a model "name",
+        # current servers send "name" and "model", and the library keeps only "model".
+        data = await self._get_json("/api/tags")
         out = []
-        for m in resp.models:
+        for m in _models(data):
             out.append(InstalledModel(
-                name=m.model or "", size=int(m.size or 0), digest=m.digest or "",
-                modified_at=m.modified_at, **_details(m),
+                name=str(m.get("model") or m.get("name") or ""), size=_int(m.get("size")) or 0,
+                digest=str(m.get("digest") or ""), modified_at=_time(m.get("modified_at")),
+                **_details_json(m),
             ))
         return out
 
     async def ps(self) -> list[RunningModel]:
-        resp = await self._call(self._quick.ps())
+        data = await self._get_json("/api/ps")
         out = []
-        for m in resp.models:
-            details = _details(m)
+        for m in _models(data):
+            details = _details_json(m)
             details.pop("format", None)
             out.append(RunningModel(
-                name=m.model or m.name or "", size=int(m.size or 0),
-                size_vram=int(m.size_vram or 0), digest=m.digest or "",
-                expires_at=m.expires_at, context_length=m.context_length, **details,
+                name=str(m.get("model") or m.get("name") or ""), size=_int(m.get("size")) or 0,
+                size_vram=_int(m.get("size_vram")) or 0, digest=str(m.get("digest") or ""),
+                expires_at=_time(m.get("expires_at")),
+                context_length=_int(m.get("context_length")), **details,
             ))
         return out
 

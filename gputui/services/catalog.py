@@ -188,36 +188,112 @@ def _where(row: CardRow) -> str:
 
 # Most important first: a narrow terminal cuts from the right.
 COLUMNS: tuple[Column, ...] = (
-    Column("name", "GPU", "card name", lambda r: r.spec.name.lower(),
-           lambda r: short_name(r.spec.name), numeric=False),
-    Column("vram", "VRAM", "memory, GB", lambda r: r.spec.vram_gb,
-           lambda r: f"{r.spec.vram_gb:g} GB", descending=True),
-    Column("price", "$/GPU·h", "lowest price per GPU-hour", lambda r: r.perf.usd_per_gpu_hour,
-           lambda r: _money(r.perf.usd_per_gpu_hour)),
-    Column("bandwidth", "GB/s", "memory bandwidth, GB/s", lambda r: r.spec.memory_bandwidth_gbs,
-           lambda r: _fig(r.spec.memory_bandwidth_gbs), descending=True),
-    Column("bf16", "BF16 TF", "dense BF16 tensor TFLOPS", lambda r: r.spec.bf16_tflops or None,
-           lambda r: _fig(r.spec.bf16_tflops), descending=True),
-    Column("fp8", "FP8 TF", "dense FP8 tensor TFLOPS", lambda r: r.spec.fp8_tflops or None,
-           lambda r: _fig(r.spec.fp8_tflops), descending=True),
-    Column("usd_per_tflop", "$/TF·h", "$ per dense BF16 TFLOP-hour",
-           lambda r: r.perf.usd_per_bf16_tflop_hour,
-           lambda r: _money(r.perf.usd_per_bf16_tflop_hour, 4)),
-    Column("usd_per_gb", "$/GB·h", "$ per GB of VRAM per hour", lambda r: r.perf.usd_per_gb_vram_hour,
-           lambda r: _money(r.perf.usd_per_gb_vram_hour, 4)),
-    Column("bw_per_usd", "GB/s per $", "memory bandwidth per $/hour",
-           lambda r: r.perf.bandwidth_gbs_per_usd_hour,
-           lambda r: "—" if r.perf.bandwidth_gbs_per_usd_hour is None
-           else f"{r.perf.bandwidth_gbs_per_usd_hour:,.0f}", descending=True),
-    Column("link", "Link", "NVLink GB/s (0 = PCIe only)", lambda r: r.spec.nvlink_gbs,
-           lambda r: link_label(r.spec), descending=True),
+    Column(
+        "name",
+        "GPU",
+        "card name",
+        lambda r: r.spec.name.lower(),
+        lambda r: short_name(r.spec.name),
+        numeric=False,
+    ),
+    Column(
+        "vram",
+        "VRAM",
+        "memory, GB",
+        lambda r: r.spec.vram_gb,
+        lambda r: f"{r.spec.vram_gb:g} GB",
+        descending=True,
+    ),
+    Column(
+        "price",
+        "$/GPU·h",
+        "lowest price per GPU-hour",
+        lambda r: r.perf.usd_per_gpu_hour,
+        lambda r: _money(r.perf.usd_per_gpu_hour),
+    ),
+    Column(
+        "bandwidth",
+        "GB/s",
+        "memory bandwidth, GB/s",
+        lambda r: r.spec.memory_bandwidth_gbs,
+        lambda r: _fig(r.spec.memory_bandwidth_gbs),
+        descending=True,
+    ),
+    Column(
+        "bf16",
+        "BF16 TF",
+        "dense BF16 tensor TFLOPS",
+        lambda r: r.spec.bf16_tflops or None,
+        lambda r: _fig(r.spec.bf16_tflops),
+        descending=True,
+    ),
+    Column(
+        "fp8",
+        "FP8 TF",
+        "dense FP8 tensor TFLOPS",
+        lambda r: r.spec.fp8_tflops or None,
+        lambda r: _fig(r.spec.fp8_tflops),
+        descending=True,
+    ),
+    Column(
+        "usd_per_tflop",
+        "$/TF·h",
+        "$ per dense BF16 TFLOP-hour",
+        lambda r: r.perf.usd_per_bf16_tflop_hour,
+        lambda r: _money(r.perf.usd_per_bf16_tflop_hour, 4),
+    ),
+    Column(
+        "usd_per_gb",
+        "$/GB·h",
+        "$ per GB of VRAM per hour",
+        lambda r: r.perf.usd_per_gb_vram_hour,
+        lambda r: _money(r.perf.usd_per_gb_vram_hour, 4),
+    ),
+    Column(
+        "bw_per_usd",
+        "GB/s per $",
+        "memory bandwidth per $/hour",
+        lambda r: r.perf.bandwidth_gbs_per_usd_hour,
+        lambda r: (
+            "—"
+            if r.perf.bandwidth_gbs_per_usd_hour is None
+            else f"{r.perf.bandwidth_gbs_per_usd_hour:,.0f}"
+        ),
+        descending=True,
+    ),
+    Column(
+        "link",
+        "Link",
+        "NVLink GB/s (0 = PCIe only)",
+        lambda r: r.spec.nvlink_gbs,
+        lambda r: link_label(r.spec),
+        descending=True,
+    ),
     Column("tdp", "TDP W", "board power, W", lambda r: r.spec.tdp_w, lambda r: _fig(r.spec.tdp_w)),
-    Column("as_of", "Price as of", "date of the lowest price", lambda r: _as_of(r) if r.lowest else None,
-           _as_of, numeric=False),
-    Column("provider", "Lowest at", "provider and tier of the lowest price",
-           lambda r: _where(r).lower() if r.lowest else None, _where, numeric=False),
-    Column("arch", "Architecture", "architecture", lambda r: r.spec.architecture.lower(),
-           lambda r: architecture_family(r.spec), numeric=False),
+    Column(
+        "as_of",
+        "Price as of",
+        "date of the lowest price",
+        lambda r: _as_of(r) if r.lowest else None,
+        _as_of,
+        numeric=False,
+    ),
+    Column(
+        "provider",
+        "Lowest at",
+        "provider and tier of the lowest price",
+        lambda r: _where(r).lower() if r.lowest else None,
+        _where,
+        numeric=False,
+    ),
+    Column(
+        "arch",
+        "Architecture",
+        "architecture",
+        lambda r: r.spec.architecture.lower(),
+        lambda r: architecture_family(r.spec),
+        numeric=False,
+    ),
 )
 COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
 DEFAULT_SORT = "price"
@@ -230,7 +306,9 @@ def get_column(key: str) -> Column:
     raise CatalogError(f"unknown sort column {key!r}; one of: {', '.join(COLUMN_BY_KEY)}")
 
 
-def sort_cards(cards: Iterable[CardRow], column: str = DEFAULT_SORT, reverse: bool = False) -> list[CardRow]:
+def sort_cards(
+    cards: Iterable[CardRow], column: str = DEFAULT_SORT, reverse: bool = False
+) -> list[CardRow]:
     """Best first in the column's natural order (`reverse` flips it); cards without the figure
     last either way, then by name."""
     col = get_column(column)
@@ -289,7 +367,9 @@ def check_filters(
     if provider:
         known = {p.lower(): p for p in providers(rows)}
         if provider.lower() not in known:
-            raise CatalogError(f"unknown provider {provider!r}; one of: {', '.join(known.values())}")
+            raise CatalogError(
+                f"unknown provider {provider!r}; one of: {', '.join(known.values())}"
+            )
         provider = known[provider.lower()]
     link = (filters.interconnect or "").strip().lower() or None
     if link and link not in INTERCONNECTS:
@@ -343,7 +423,9 @@ def catalog_command(
     out = out or sys.stdout
     get_column(sort)
     rows = catalog_prices(config)
-    cards = sort_cards(card_rows(rows, Filters(min_vram, arch, provider, interconnect)), sort, reverse)
+    cards = sort_cards(
+        card_rows(rows, Filters(min_vram, arch, provider, interconnect)), sort, reverse
+    )
     if as_json:
         _dump([c.as_dict() for c in cards], out)
         return 0
@@ -358,8 +440,11 @@ def catalog_command(
     )
     col = get_column(sort)
     arrow = "▼" if col.descending != reverse else "▲"
-    print(f"\n{len(cards)} cards, by {col.title} {arrow}. Tensor figures are dense (no sparsity); "
-          f"{PRICE_NOTE}.", file=out)
+    print(
+        f"\n{len(cards)} cards, by {col.title} {arrow}. Tensor figures are dense (no sparsity); "
+        f"{PRICE_NOTE}.",
+        file=out,
+    )
     return 0
 
 
@@ -441,8 +526,9 @@ def fit(
     prices: Sequence[PriceRow] | None = None,
 ) -> FitAnswer:
     """The estimate and every card with the fewest GPUs it fits on, cheapest first."""
-    m = fit_model(model, params=params, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
-                  heads=heads)
+    m = fit_model(
+        model, params=params, layers=layers, kv_heads=kv_heads, head_dim=head_dim, heads=heads
+    )
     kw = {} if lora_rank is None else {"lora_rank": lora_rank}
     est = estimate_fit(m, job, precision, context, batch, **kw)
     return FitAnswer(est, cards_that_fit(est, prices=load_prices() if prices is None else prices))
@@ -467,15 +553,29 @@ def fit_command(
 ) -> int:
     """`gputui fit`: the VRAM breakdown with its assumptions, and which cards fit."""
     out = out or sys.stdout
-    answer = fit(model, job=job, precision=precision, context=context, batch=batch,
-                 params=params, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
-                 heads=heads, lora_rank=lora_rank, prices=catalog_prices(config))
+    answer = fit(
+        model,
+        job=job,
+        precision=precision,
+        context=context,
+        batch=batch,
+        params=params,
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        heads=heads,
+        lora_rank=lora_rank,
+        prices=catalog_prices(config),
+    )
     if as_json:
         _dump(answer.as_dict(), out)
         return 0
     e = answer.estimate
-    print(f"{e.model} ({e.params / 1e9:.2f} B params) · {e.job.value} · {e.precision} · "
-          f"{e.context:,} tokens × batch {e.batch}", file=out)
+    print(
+        f"{e.model} ({e.params / 1e9:.2f} B params) · {e.job.value} · {e.precision} · "
+        f"{e.context:,} tokens × batch {e.batch}",
+        file=out,
+    )
     print(f"Needs {e.total_gb:.1f} GB on one GPU:", file=out)
     for part in e.all_parts:
         print(f"  {part.name:<12} {part.gb:>8.2f} GB  {part.assumption}", file=out)
@@ -488,10 +588,19 @@ def fit_command(
     else:
         _print_table(
             ["GPU", "GPUs", "$/h", "cheapest at", "as of", "GB/GPU", "link", "notes"],
-            [[short_name(o.name), str(o.count), _money(o.hourly), _where_opt(o),
-              o.quote.row.as_of if o.quote else "—",
-              f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f}", _link_short(o),
-              "; ".join(o.warnings)] for o in fitting],
+            [
+                [
+                    short_name(o.name),
+                    str(o.count),
+                    _money(o.hourly),
+                    _where_opt(o),
+                    o.quote.row.as_of if o.quote else "—",
+                    f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f}",
+                    _link_short(o),
+                    "; ".join(o.warnings),
+                ]
+                for o in fitting
+            ],
             [True, False, False, True, True, False, True, True],
             out,
         )
@@ -581,12 +690,27 @@ def cost_command(
         return 0
     print(f"{answer.count}× {answer.spec.name} for {answer.hours} h", file=out)
     if not answer.costs:
-        print(f"No reference price for the {answer.spec.name}: add one under [[prices]] in "
-              "config.toml.", file=out)
+        print(
+            f"No reference price for the {answer.spec.name}: add one under [[prices]] in "
+            "config.toml.",
+            file=out,
+        )
         return 0
     _print_table(
-        ["provider", "tier", "package", "billing", "cost", "billed h", "$/h",
-         "if /second", "if /minute", "if /hour", "as of", "notes"],
+        [
+            "provider",
+            "tier",
+            "package",
+            "billing",
+            "cost",
+            "billed h",
+            "$/h",
+            "if /second",
+            "if /minute",
+            "if /hour",
+            "as of",
+            "notes",
+        ],
         [cost_cells(c) for c in answer.costs],
         [True, True, True, True] + [False] * 6 + [True, True],
         out,
@@ -617,6 +741,21 @@ def cost_cells(c: JobCost) -> list[str]:
     ]
 
 
+# --- running a command ---------------------------------------------------------------------------
+
+EXIT_BAD_INPUT = 2
+
+
+def run_command(command: Callable[..., int], *args: Any, **kwargs: Any) -> int:
+    """Call one of the commands above: its exit code, or on bad input (`CatalogError`) one line
+    `gputui: <message>` on stderr and exit code 2."""
+    try:
+        return command(*args, **kwargs)
+    except CatalogError as exc:
+        print(f"gputui: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
 # --- output -------------------------------------------------------------------------------------
 
 
@@ -632,8 +771,7 @@ def _print_table(
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
-            c.ljust(w) if lft else c.rjust(w)
-            for c, w, lft in zip(cells, widths, left, strict=True)
+            c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(cells, widths, left, strict=True)
         ).rstrip()
 
     print(line(headers), file=out)

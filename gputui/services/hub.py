@@ -58,7 +58,9 @@ class Services:
         self.store = store
         self.config = config
         self.state_dir = state_dir or ensure_state_dir()
-        self._link_options = {"config": None, "agent_path": None, "connect_timeout": 10.0}
+        # No ~/.ssh/config: an instance is reached exactly as recorded. Keys: the instance's own
+        # key file, else the user's default keys and ssh-agent (bring-your-own hosts).
+        self._link_options = {"config": None, "connect_timeout": 10.0}
         self._link_options.update(link_options or {})
         ctx = ProviderContext(self.state_dir, config, self)
         self.providers: dict[str, Provider] = {}
@@ -179,6 +181,8 @@ class Services:
         if inst.ssh is None:
             raise ServiceError(f"{inst.name}: has no SSH endpoint (status {inst.status.value})")
         options: dict[str, Any] = {}
+        if inst.provider == "sandbox":
+            options["agent_path"] = None  # the sandbox takes its own key only
         if accept_new_host_key:
             options["accept_new_host_key"] = True
         return self.links.get(inst.id, inst.ssh, **options)

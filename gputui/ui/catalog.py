@@ -18,15 +18,18 @@ Everything here is computed in-process from package data (no SSH or HTTP).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from decimal import Decimal
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, Select, Static, TabbedContent, TabPane
 
 from gputui.catalog import (
@@ -43,10 +46,10 @@ from gputui.ui.base import BaseScreen
 
 TABS = ("cards", "compare", "fit", "cost")
 MAX_MARKED = 4
+MAX_BAR = 24  # cells: wider bars add nothing
 MARK = "●"
 EIGHTHS = " ▏▎▍▌▋▊▉"
-JOBS = [("inference", "inference"), ("LoRA", "lora"), ("QLoRA", "qlora"),
-        ("full (Adam)", "full")]
+JOBS = [("inference", "inference"), ("LoRA", "lora"), ("QLoRA", "qlora"), ("full (Adam)", "full")]
 CUSTOM = "custom"
 
 
@@ -66,22 +69,45 @@ def _price(row: svc.CardRow) -> Decimal | None:
 
 FIGURES = [
     ("VRAM GB", lambda r: r.spec.vram_gb, lambda r: f"{r.spec.vram_gb:g}", True),
-    ("Bandwidth GB/s", lambda r: r.spec.memory_bandwidth_gbs,
-     lambda r: f"{r.spec.memory_bandwidth_gbs:,.0f}", True),
+    (
+        "Bandwidth GB/s",
+        lambda r: r.spec.memory_bandwidth_gbs,
+        lambda r: f"{r.spec.memory_bandwidth_gbs:,.0f}",
+        True,
+    ),
     ("BF16 TFLOPS", lambda r: r.spec.bf16_tflops, lambda r: svc._fig(r.spec.bf16_tflops), True),
     ("FP8 TFLOPS", lambda r: r.spec.fp8_tflops, lambda r: svc._fig(r.spec.fp8_tflops), True),
     ("FP32 TFLOPS", lambda r: r.spec.fp32_tflops, lambda r: svc._fig(r.spec.fp32_tflops), True),
-    ("NVLink GB/s", lambda r: r.spec.nvlink_gbs,
-     lambda r: f"{r.spec.nvlink_gbs:g}" if r.spec.has_nvlink else f"PCIe {r.spec.pcie_gen}", True),
+    (
+        "NVLink GB/s",
+        lambda r: r.spec.nvlink_gbs,
+        lambda r: f"{r.spec.nvlink_gbs:g}" if r.spec.has_nvlink else f"PCIe {r.spec.pcie_gen}",
+        True,
+    ),
     ("TDP W", lambda r: r.spec.tdp_w, lambda r: f"{r.spec.tdp_w:,.0f}", False),
     ("$/GPU·h", _price, lambda r: svc._money(_price(r)), False),
-    ("$/BF16 TF·h", lambda r: r.perf.usd_per_bf16_tflop_hour,
-     lambda r: svc._money(r.perf.usd_per_bf16_tflop_hour, 4), False),
-    ("$/GB VRAM·h", lambda r: r.perf.usd_per_gb_vram_hour,
-     lambda r: svc._money(r.perf.usd_per_gb_vram_hour, 4), False),
-    ("GB/s per $/h", lambda r: r.perf.bandwidth_gbs_per_usd_hour,
-     lambda r: "—" if r.perf.bandwidth_gbs_per_usd_hour is None
-     else f"{r.perf.bandwidth_gbs_per_usd_hour:,.0f}", True),
+    (
+        "$/BF16 TF·h",
+        lambda r: r.perf.usd_per_bf16_tflop_hour,
+        lambda r: svc._money(r.perf.usd_per_bf16_tflop_hour, 4),
+        False,
+    ),
+    (
+        "$/GB VRAM·h",
+        lambda r: r.perf.usd_per_gb_vram_hour,
+        lambda r: svc._money(r.perf.usd_per_gb_vram_hour, 4),
+        False,
+    ),
+    (
+        "GB/s per $/h",
+        lambda r: r.perf.bandwidth_gbs_per_usd_hour,
+        lambda r: (
+            "—"
+            if r.perf.bandwidth_gbs_per_usd_hour is None
+            else f"{r.perf.bandwidth_gbs_per_usd_hour:,.0f}"
+        ),
+        True,
+    ),
 ]
 
 
@@ -90,8 +116,8 @@ def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
     of the row (so lengths compare), the best of each row in bold with ◆."""
     n = max(1, len(cards))
     label_w = 15
-    cell = max(10, (width - label_w - 2) // n - 1)
     value_w = 8
+    cell = max(10, min((width - label_w - 2) // n - 1, MAX_BAR + value_w + 2))
     bar_w = max(2, cell - value_w - 2)
     table = Table(box=None, expand=False, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("", width=label_w, no_wrap=True)
@@ -101,29 +127,37 @@ def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
         vals = [value(c) for c in cards]
         nums = [float(v) for v in vals if v is not None and float(v) > 0]
         top = max(nums) if nums else 0.0
+        floats = [float(v) if v is not None else 0.0 for v in vals]
         best = (max(nums) if higher else min(nums)) if nums else None
         cells: list[Text] = []
         for c, v in zip(cards, vals, strict=True):
             f = float(v) if v is not None else 0.0
-            is_best = best is not None and f == best and len(nums) > 1
+            is_best = best is not None and f == best and len(set(floats)) > 1
             text = Text()
             text.append(bar(f, top, bar_w).ljust(bar_w), style="bold" if is_best else "")
             text.append(" " + shown(c).rjust(value_w - 1), style="bold" if is_best else "")
             text.append("◆" if is_best else " ")
             cells.append(text)
         table.add_row(Text(label), *cells)
-    dates = [
-        f"{svc.short_name(c.spec.name)}: {c.lowest.label} as of {c.lowest.as_of}"
-        for c in cards
-        if c.lowest
-    ]
-    table.add_row("", *([""] * len(cards)))
-    table.add_row(Text("Lower is better for TDP and the $ rows; ◆ = best of the row.",
-                       style="dim"), *([""] * len(cards)))
-    if dates:
-        table.add_row(Text("Prices: " + "; ".join(dates) + f" ({svc.PRICE_NOTE}).", style="dim"),
-                      *([""] * len(cards)))
     return table
+
+
+def compare_view(cards: Sequence[svc.CardRow], width: int) -> Group:
+    """The compare table and, under it, what the marks mean and where each price is from."""
+    notes = Text("Lower is better for TDP and the $ rows; ◆ = best of the row.", style="dim")
+    for c in cards:
+        if c.lowest:
+            notes.append(
+                f"\n{svc.short_name(c.spec.name)}: {svc._money(c.lowest.price_per_gpu_hour)}"
+                f"/GPU·h at {c.lowest.label}, as of {c.lowest.as_of}",
+                style="dim",
+            )
+        else:
+            notes.append(f"\n{svc.short_name(c.spec.name)}: no reference price", style="dim")
+    notes.append(
+        f"\nPrices: {svc.PRICE_NOTE}. Tensor figures are dense (no sparsity).", style="dim"
+    )
+    return Group(compare_table(cards, width), Text(""), notes)
 
 
 class CatalogScreen(BaseScreen):
@@ -198,14 +232,26 @@ class CatalogScreen(BaseScreen):
                     yield Label("VRAM≥")
                     yield Input(id="f-vram", compact=True, type="number", placeholder="GB")
                     yield Label("Arch")
-                    yield Select([(a, a) for a in svc.architectures(self.specs)], id="f-arch",
-                                 compact=True, prompt="any")
+                    yield Select(
+                        [(a, a) for a in svc.architectures(self.specs)],
+                        id="f-arch",
+                        compact=True,
+                        prompt="any",
+                    )
                     yield Label("Provider")
-                    yield Select([(p, p) for p in svc.providers(rows)], id="f-provider",
-                                 compact=True, prompt="any")
+                    yield Select(
+                        [(p, p) for p in svc.providers(rows)],
+                        id="f-provider",
+                        compact=True,
+                        prompt="any",
+                    )
                     yield Label("Link")
-                    yield Select([("NVLink", "nvlink"), ("PCIe only", "pcie")], id="f-link",
-                                 compact=True, prompt="any")
+                    yield Select(
+                        [("NVLink", "nvlink"), ("PCIe only", "pcie")],
+                        id="f-link",
+                        compact=True,
+                        prompt="any",
+                    )
                 yield DataTable(id="cards", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="cards-detail")
             with TabPane("2 Compare", id="compare-tab"):
@@ -217,21 +263,30 @@ class CatalogScreen(BaseScreen):
                     yield Select(
                         [(m.name, key) for key, m in MODELS.items()]
                         + [("Custom: params →", CUSTOM)],
-                        id="fit-model", compact=True, allow_blank=False, value="qwen2.5-7b")
+                        id="fit-model",
+                        compact=True,
+                        allow_blank=False,
+                        value="qwen2.5-7b",
+                    )
                     yield Label("Job")
-                    yield Select(JOBS, id="fit-job", compact=True, allow_blank=False,
-                                 value="inference")
+                    yield Select(
+                        JOBS, id="fit-job", compact=True, allow_blank=False, value="inference"
+                    )
                     yield Label("As")
-                    yield Select([(p.label, k) for k, p in PRECISIONS.items()], id="fit-prec",
-                                 compact=True, allow_blank=False, value="bf16")
+                    yield Select(
+                        [(p.label, k) for k, p in PRECISIONS.items()],
+                        id="fit-prec",
+                        compact=True,
+                        allow_blank=False,
+                        value="bf16",
+                    )
                 with Horizontal(classes="bar"):
                     yield Label("Context")
                     yield Input("4096", id="fit-context", compact=True, type="integer")
                     yield Label("Batch")
                     yield Input("1", id="fit-batch", compact=True, type="integer")
                     yield Input(id="fit-params", compact=True, placeholder="params 7e9")
-                    yield Input(id="fit-layers", compact=True, type="integer",
-                                placeholder="layers")
+                    yield Input(id="fit-layers", compact=True, type="integer", placeholder="layers")
                     yield Input(id="fit-kv", compact=True, type="integer", placeholder="kv heads")
                     yield Input(id="fit-hd", compact=True, type="integer", placeholder="head dim")
                 yield Static("", id="fit-error")
@@ -241,9 +296,13 @@ class CatalogScreen(BaseScreen):
             with TabPane("4 Cost", id="cost-tab"):
                 with Horizontal(classes="bar"):
                     yield Label("GPU")
-                    yield Select([(svc.short_name(s.name), k) for k, s in self.specs.items()],
-                                 id="cost-card", compact=True, allow_blank=False,
-                                 value=self._first_priced(rows))
+                    yield Select(
+                        [(svc.short_name(s.name), k) for k, s in self.specs.items()],
+                        id="cost-card",
+                        compact=True,
+                        allow_blank=False,
+                        value=self._first_priced(rows),
+                    )
                     yield Label("GPUs")
                     yield Input("1", id="cost-count", compact=True, type="integer")
                     yield Label("Hours")
@@ -272,15 +331,32 @@ class CatalogScreen(BaseScreen):
         if self._price_error:
             self.notify(self._price_error, severity="error", timeout=10)
         fit = self.query_one("#fit-table", DataTable)
-        for key, label in [("gpu", "GPU"), ("count", "GPUs"), ("hourly", "$/h"),
-                           ("where", "Cheapest at"), ("as_of", "As of"),
-                           ("need", "GB/GPU need/usable"), ("link", "Link"), ("notes", "Notes")]:
+        for key, label in [
+            ("gpu", "GPU"),
+            ("count", "GPUs"),
+            ("hourly", "$/h"),
+            ("where", "Cheapest at"),
+            ("as_of", "As of"),
+            ("need", "GB/GPU need/usable"),
+            ("link", "Link"),
+            ("notes", "Notes"),
+        ]:
             fit.add_column(label, key=key)
         cost = self.query_one("#cost-table", DataTable)
-        for key, label in [("provider", "Provider"), ("tier", "Tier"), ("cost", "Cost"),
-                           ("billing", "Billing"), ("package", "Package"), ("rate", "$/h"),
-                           ("billed", "Billed h"), ("second", "If /s"), ("minute", "If /min"),
-                           ("hour", "If /h"), ("as_of", "As of"), ("notes", "Notes")]:
+        for key, label in [
+            ("provider", "Provider"),
+            ("tier", "Tier"),
+            ("cost", "Cost"),
+            ("billing", "Billing"),
+            ("package", "Package"),
+            ("rate", "$/h"),
+            ("billed", "Billed h"),
+            ("second", "If /s"),
+            ("minute", "If /min"),
+            ("hour", "If /h"),
+            ("as_of", "As of"),
+            ("notes", "Notes"),
+        ]:
             cost.add_column(label, key=key)
         self.refresh_cards()
         self.update_fit()
@@ -307,8 +383,10 @@ class CatalogScreen(BaseScreen):
             table.add_column(label, key=col.key)
         for card in self.cards:
             cells = [col.show(card) for col in svc.COLUMNS]
-            cells = [Text(c, justify="right") if col.numeric else c
-                     for c, col in zip(cells, svc.COLUMNS, strict=True)]
+            cells = [
+                Text(c, justify="right") if col.numeric else c
+                for c, col in zip(cells, svc.COLUMNS, strict=True)
+            ]
             table.add_row(MARK if card.key in self.marked else " ", *cells, key=card.key)
         if current is not None and any(c.key == current for c in self.cards):
             table.move_cursor(row=table.get_row_index(current))
@@ -333,10 +411,15 @@ class CatalogScreen(BaseScreen):
             detail.update("No card matches these filters." if not self.cards else "")
             return
         s = card.spec
-        price = (f"{svc._money(card.lowest.price_per_gpu_hour)}/GPU·h as of {card.lowest.as_of}"
-                 f" ({card.lowest.label})" if card.lowest else "no reference price")
-        detail.update(f"▸ {svc.short_name(s.name)} · {price} · {svc.link_label(s)} · "
-                      f"{s.architecture}")
+        price = (
+            f"{svc._money(card.lowest.price_per_gpu_hour)}/GPU·h as of {card.lowest.as_of}"
+            f" ({card.lowest.label})"
+            if card.lowest
+            else "no reference price"
+        )
+        detail.update(
+            f"▸ {svc.short_name(s.name)} · {price} · {svc.link_label(s)} · {s.architecture}"
+        )
 
     def current_card_key(self) -> str | None:
         try:
@@ -382,15 +465,15 @@ class CatalogScreen(BaseScreen):
                 raise ValueError
         except ValueError:
             self.query_one("#cards-status", Static).update(
-                Text(f"⚠ VRAM≥ wants a number of GB (got {raw!r})", style="bold"))
+                Text(f"⚠ VRAM≥ wants a number of GB (got {raw!r})", style="bold")
+            )
             return
 
         def val(sel: str) -> str | None:
             v = self.query_one(sel, Select).value
             return v if isinstance(v, str) else None
 
-        self.filters = svc.Filters(vram or None, val("#f-arch"), val("#f-provider"),
-                                   val("#f-link"))
+        self.filters = svc.Filters(vram or None, val("#f-arch"), val("#f-provider"), val("#f-link"))
         self.refresh_cards()
 
     # -- actions --------------------------------------------------------------------------------
@@ -415,8 +498,12 @@ class CatalogScreen(BaseScreen):
 
     def action_tab(self, name: str) -> None:
         self.query_one(TabbedContent).active = f"{name}-tab"
-        focus = {"cards": "#cards", "compare": "#compare", "fit": "#fit-model",
-                 "cost": "#cost-table"}[name]
+        focus = {
+            "cards": "#cards",
+            "compare": "#compare",
+            "fit": "#fit-model",
+            "cost": "#cost-table",
+        }[name]
         self.query_one(focus).focus()
         if name == "compare":
             self.update_compare()
@@ -435,8 +522,12 @@ class CatalogScreen(BaseScreen):
         self.query_one("#f-vram", Input).focus()
 
     def action_back(self) -> None:
-        main = {"cards": "#cards", "compare": "#compare", "fit": "#fit-table",
-                "cost": "#cost-table"}[self._tab()]
+        main = {
+            "cards": "#cards",
+            "compare": "#compare",
+            "fit": "#fit-table",
+            "cost": "#cost-table",
+        }[self._tab()]
         self.query_one(main).focus()
 
     def action_mark(self) -> None:
@@ -446,8 +537,10 @@ class CatalogScreen(BaseScreen):
         if key in self.marked:
             self.marked.remove(key)
         elif len(self.marked) >= MAX_MARKED:
-            self.notify(f"Compare takes at most {MAX_MARKED} cards: unmark one first (space).",
-                        severity="warning")
+            self.notify(
+                f"Compare takes at most {MAX_MARKED} cards: unmark one first (space).",
+                severity="warning",
+            )
             return
         else:
             self.marked.append(key)
@@ -470,11 +563,28 @@ class CatalogScreen(BaseScreen):
         """Open New instance with the card under the cursor (cards, fit or cost tab)."""
         key = self._card_for_action()
         self.gapp.action_goto("create")
-        if key is not None:
-            screen = self.app.screen
-            preselect = getattr(screen, "preselect", None)
-            if preselect is not None:
-                preselect(self.specs[key].name)
+        screen = self.app.screen
+        if key is not None and hasattr(screen, "preselect"):
+            self.preselect_when_ready(screen, self.specs[key].name)
+
+    @work(exclusive=True, group="preselect", exit_on_error=False)
+    async def preselect_when_ready(self, screen: Screen, name: str) -> None:
+        """Choose the card on the New-instance screen once its offers are listed: a choice
+        made while it is still mounting would be reset by its GPU select mounting."""
+        for _ in range(100):  # 5 s at most; the sandbox lists its offers at once
+            if screen.is_mounted and getattr(screen, "offers", None):
+                try:
+                    ready = screen.query_one("#offer").is_mounted
+                except Exception:
+                    ready = False
+                if ready:
+                    screen.preselect(name)  # type: ignore[attr-defined]
+                    return
+            await asyncio.sleep(0.05)
+        self.notify(
+            f"New instance: choose the {name} yourself (its offers did not load).",
+            severity="warning",
+        )
 
     def _card_for_action(self) -> str | None:
         tab = self._tab()
@@ -500,11 +610,13 @@ class CatalogScreen(BaseScreen):
         body = self.query_one("#compare-body", Static)
         cards = self.marked_cards()
         if len(cards) < 2:
-            body.update("Mark 2–4 cards with [b]space[/b] in the Cards tab ([b]1[/b]), then press "
-                        "[b]v[/b] to see them side by side.")
+            body.update(
+                "Mark 2–4 cards with [b]space[/b] in the Cards tab ([b]1[/b]), then press "
+                "[b]v[/b] to see them side by side."
+            )
             return
         width = self.query_one("#compare").size.width or self.app.size.width
-        body.update(compare_table(cards, width - 2))
+        body.update(compare_view(cards, width - 2))
 
     def on_resize(self) -> None:
         super().on_resize()
@@ -546,11 +658,14 @@ class CatalogScreen(BaseScreen):
             custom = model == CUSTOM
             params = self.query_one("#fit-params", Input).value.strip()
             if custom and not params:
-                raise CatalogError("Custom model: give its parameter count (e.g. 13e9 or 13B), "
-                                   "and its layers, kv heads and head dim if you know them")
+                raise CatalogError(
+                    "Custom model: give its parameter count (e.g. 13e9 or 13B), "
+                    "and its layers, kv heads and head dim if you know them"
+                )
             answer = svc.fit(
                 None if custom else str(self._model_name(model)),
-                job=str(job), precision=str(prec),
+                job=str(job),
+                precision=str(prec),
                 context=self._int("#fit-context", 4096) or 0,
                 batch=self._int("#fit-batch", 1) or 0,
                 params=params if custom else None,
@@ -562,10 +677,12 @@ class CatalogScreen(BaseScreen):
         except (CatalogError, ValueError) as exc:
             self.fit_answer = None
             error.update(f"⚠ {exc}")
+            error.display = True
             body.update("")
             table.clear()
             return
         error.update("")
+        error.display = False
         self.fit_answer = answer
         body.update(self._fit_text(answer))
         table.clear()
@@ -577,11 +694,16 @@ class CatalogScreen(BaseScreen):
                 count = "✗"
                 need = f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f} (8×)"
             table.add_row(
-                svc.short_name(o.name), Text(count, justify="right"),
+                svc.short_name(o.name),
+                Text(count, justify="right"),
                 Text(svc._money(o.hourly), justify="right"),
                 o.quote.row.label if o.quote else ("no price" if o.fits else "does not fit"),
-                o.quote.row.as_of if o.quote else "—", need,
-                svc.link_label(self.specs[o.card]), "; ".join(o.warnings), key=o.card)
+                o.quote.row.as_of if o.quote else "—",
+                need,
+                svc.link_label(self.specs[o.card]),
+                "; ".join(o.warnings),
+                key=o.card,
+            )
 
     def _model_name(self, key: object) -> str:
         return MODELS[str(key)].name
@@ -590,13 +712,19 @@ class CatalogScreen(BaseScreen):
         e = answer.estimate
         fitting = answer.fitting
         out = Text()
-        out.append(f"{e.model} · {e.params / 1e9:.2f} B params · {e.job.value} · {e.precision}"
-                   f" · {e.context:,} tokens × {e.batch}\n")
+        out.append(
+            f"{e.model} · {e.params / 1e9:.2f} B params · {e.job.value} · {e.precision}"
+            f" · {e.context:,} tokens × {e.batch}\n"
+        )
         out.append(f"Needs {e.total_gb:.1f} GB on one GPU", style="bold")
         if fitting:
             best = fitting[0]
-            where = (f", cheapest {best.count}× {svc.short_name(best.name)} at "
-                     f"{svc._money(best.hourly)}/h" if best.hourly is not None else "")
+            where = (
+                f", cheapest {best.count}× {svc.short_name(best.name)} at "
+                f"{svc._money(best.hourly)}/h"
+                if best.hourly is not None
+                else ""
+            )
             out.append(f"; fits {len(fitting)} of {len(answer.options)} cards{where}\n")
         else:
             out.append("; fits no card on up to 8 GPUs\n", style="bold")
@@ -604,19 +732,28 @@ class CatalogScreen(BaseScreen):
             out.append(f"⚠ {note}\n", style="bold")
         top = max((p.bytes for p in e.all_parts), default=0)
         for p in e.all_parts:
+            if not p.bytes:
+                continue  # listed with its reason under the assumptions
             out.append(f"{p.name:<12}{p.gb:>8.2f} GB ")
             out.append(bar(p.bytes, top, 20).ljust(20))
-            out.append("  split over GPUs\n" if p.split and p.bytes else "\n", style="dim")
-            out.append(f"   {p.assumption}\n", style="dim")
-        out.append(f"Cards below: the fewest GPUs (1/2/4/8) each fits on, cheapest first; "
-                   f"{svc.PRICE_NOTE}.", style="dim")
+            out.append(" split over GPUs\n" if p.split else " on every GPU\n", style="dim")
+        out.append("Assumptions\n", style="bold")
+        for p in e.all_parts:
+            out.append(f"{p.name}: ", style="bold dim")
+            out.append(f"{p.assumption}\n", style="dim")
+        out.append(
+            f"Cards below: the fewest GPUs (1/2/4/8) each fits on, cheapest first; "
+            f"{svc.PRICE_NOTE}.",
+            style="dim",
+        )
         return out
 
     @on(DataTable.RowSelected, "#fit-table")
     def _fit_selected(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value
-        option = next((o for o in (self.fit_answer.options if self.fit_answer else [])
-                       if o.card == key), None)
+        option = next(
+            (o for o in (self.fit_answer.options if self.fit_answer else []) if o.card == key), None
+        )
         if key and option is not None:
             self.show_cost(key, option.count if option.fits else None)
 
@@ -651,23 +788,42 @@ class CatalogScreen(BaseScreen):
         except (CatalogError, ValueError, ArithmeticError) as exc:
             self.cost_answer = None
             error.update(f"⚠ {exc}")
+            error.display = True
             notes.update("")
             return
         error.update("")
+        error.display = False
         self.cost_answer = answer
         for i, c in enumerate(answer.costs):
             cells = svc.cost_cells(c)
-            provider, tier, package, billing, cost, billed, rate, sec, minute, hour, as_of, nts = cells
-            table.add_row(provider, tier, Text(cost, justify="right"), billing, package,
-                          Text(rate, justify="right"), Text(billed, justify="right"),
-                          Text(sec, justify="right"), Text(minute, justify="right"),
-                          Text(hour, justify="right"), as_of, nts, key=str(i))
+            provider, tier, package, billing, cost, billed, rate, sec, minute, hour, as_of, nts = (
+                cells
+            )
+            table.add_row(
+                provider,
+                tier,
+                Text(cost, justify="right"),
+                billing,
+                package,
+                Text(rate, justify="right"),
+                Text(billed, justify="right"),
+                Text(sec, justify="right"),
+                Text(minute, justify="right"),
+                Text(hour, justify="right"),
+                as_of,
+                nts,
+                key=str(i),
+            )
         lines = []
         if not answer.costs:
-            lines.append(f"No reference price for the {answer.spec.name}: add one under "
-                         "[[prices]] in config.toml.")
+            lines.append(
+                f"No reference price for the {answer.spec.name}: add one under "
+                "[[prices]] in config.toml."
+            )
         else:
-            lines.append(f"{answer.count}× {answer.spec.name} for {answer.hours} h, cheapest "
-                         f"first: {svc.PRICE_NOTE}.")
+            lines.append(
+                f"{answer.count}× {answer.spec.name} for {answer.hours} h, cheapest "
+                f"first: {svc.PRICE_NOTE}."
+            )
         lines.extend(f"Break-even: {b.statement}" for b in answer.break_evens)
         notes.update(Text("\n".join(lines)))
