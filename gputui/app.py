@@ -28,7 +28,7 @@ SCREENS: list[tuple[str, str, str, str, str]] = [
     ("catalog", "g", "Catalog", "gputui.ui.pending:CatalogScreen", "Compare GPUs, check a model fits"),
     ("create", "n", "New", "gputui.ui.create:CreateScreen", "Rent an instance with a release timer"),
     ("monitor", "m", "Monitor", "gputui.ui.pending:MonitorScreen", "Live GPU telemetry over SSH"),
-    ("ollama", "o", "Ollama", "gputui.ui.pending:OllamaScreen", "Ollama models and GPU selection"),
+    ("ollama", "o", "Ollama", "gputui.ui.ollama:OllamaScreen", "Ollama models and GPU selection"),
     ("costs", "c", "Costs", "gputui.ui.costs:CostsScreen", "Running cost meter, budgets, ledger"),
 ]
 

@@ -103,6 +103,20 @@ def _refresh_quietly(args: argparse.Namespace, store) -> None:
     asyncio.run(refresh())
 
 
+@command("ollama")
+def cmd_ollama(args: argparse.Namespace) -> int:
+    async def body(services) -> int:
+        from gputui.services.ollama import ollama_command
+
+        inst = services.store.find_instance_sync(args.name)
+        if not inst.status.live:
+            raise CommandError(f"{inst.name} is {inst.status.value}")
+        return await ollama_command(services, inst, args.action, args.arg, args.json,
+                                    force=args.force)
+
+    return _run_async(args, body)
+
+
 @command("costs")
 def cmd_costs(args: argparse.Namespace) -> int:
     from gputui.services.costs import export_rows, to_csv, totals
@@ -511,6 +525,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("release", help="release an instance now (stops the billing)")
     s.add_argument("name", help="instance name or id")
     s.add_argument("--json", action="store_true", help="print the ledger entry as JSON")
+
+    s = sub.add_parser("ollama", help="Ollama on an instance: models, loads, GPU selection")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("action", choices=["status", "list", "ps", "pull", "rm", "load", "unload",
+                                      "gpus", "start", "stop", "fit", "verify"])
+    s.add_argument("arg", nargs="?", help="a model (pull/rm/load/unload/fit/verify), or GPU "
+                   "indices for gpus: 0,1 (all: every GPU)")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--force", action="store_true", help="load even when the fit check refuses")
 
     s = sub.add_parser("costs", help="the ledger and what is billing now")
     g = s.add_mutually_exclusive_group()

@@ -25,6 +25,10 @@ class ProviderError(Exception):
         self.retryable = retryable
 
 
+class UnknownInstance(ProviderError):
+    """The provider has no such instance (never created, or long gone)."""
+
+
 class CreateRequest(BaseModel):
     offer_id: str
     gpu_count: int = Field(default=1, ge=1, le=64)

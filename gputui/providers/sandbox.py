@@ -19,7 +19,7 @@ import json
 import shutil
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,13 @@ from gputui.models import (
     money,
     utcnow,
 )
-from gputui.providers.base import Capabilities, CreateRequest, ProviderContext, ProviderError
+from gputui.providers.base import (
+    Capabilities,
+    CreateRequest,
+    ProviderContext,
+    ProviderError,
+    UnknownInstance,
+)
 
 LABEL = "sandbox (simulated)"
 STORAGE_PER_GB_MONTH = Decimal("0.10")
@@ -54,6 +60,7 @@ class PlatformRecord:
     disk_gb: float
     created_at: str
     port: int = 0
+    boot_at: str | None = None  # when the platform finishes booting it (running from then)
     periods: list[list[str | None]] = field(default_factory=list)  # running periods [start, end]
     terminated_at: str | None = None
     terminated_by: str | None = None  # "user" (the API's release) or "schedule" (layer 2)
@@ -125,7 +132,7 @@ class SandboxProvider:
             data = json.loads(path.read_text(encoding="utf-8"))
             return PlatformRecord(**data)
         except FileNotFoundError:
-            raise ProviderError(f"sandbox: no instance {instance_id} on the platform") from None
+            raise UnknownInstance(f"sandbox: no instance {instance_id} on the platform") from None
         except (OSError, ValueError, TypeError) as exc:
             raise ProviderError(f"sandbox: {path} is unreadable: {exc}") from None
 
@@ -174,6 +181,7 @@ class SandboxProvider:
             id=instance.id, gpu=offer.gpu, gpu_count=request.gpu_count,
             rule=json.loads(rule.model_dump_json()), disk_gb=request.disk_gb,
             created_at=now.isoformat(),
+            boot_at=(now + timedelta(seconds=self.boot_seconds)).isoformat(),
         )
         self._write_record(rec)
         server = await self._serve(instance.id, rec)
@@ -187,18 +195,13 @@ class SandboxProvider:
         return instance
 
     async def boot(self, instance: Instance) -> Instance:
-        """Finish booting: the instance starts running (and billing compute)."""
-        if self.boot_seconds:
-            await asyncio.sleep(self.boot_seconds)
+        """Wait for the platform to finish booting it (it does so on its own, watched or not)."""
         rec = self.read_record(instance.id)
-        now = utcnow()
-        if not rec.periods:
-            rec.periods.append([now.isoformat(), None])
-            self._write_record(rec)
-        started = datetime.fromisoformat(str(rec.periods[0][0]))
-        inst = instance.model_copy()
-        inst.mark_running(started)
-        return inst
+        if rec.boot_at:
+            wait = (datetime.fromisoformat(rec.boot_at) - utcnow()).total_seconds()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        return await self.refresh(instance)
 
     def _endpoint(self, port: int) -> SSHEndpoint:
         key_path, _ = self.client_key()
@@ -208,8 +211,13 @@ class SandboxProvider:
         """Start this instance's SSH server in this process (on its recorded port if it has one)."""
         from gputui.providers.sandbox_server import ensure_host_key, start_instance_server
 
+        from gputui.providers.sandbox_shims.state import install_shims
+
         _, public = self.client_key()
         host_key_path = self.root / "platform" / f"{instance_id}.host_key"
+        with contextlib.suppress(OSError):  # a newer gputui brings its newer tools
+            await asyncio.to_thread(install_shims, self.instance_root(instance_id),
+                                    python=sys.executable)
         try:
             server = await start_instance_server(
                 self.instance_root(instance_id), host_key_path=host_key_path,
@@ -261,6 +269,11 @@ class SandboxProvider:
         if not rec.terminated_at and scheduled is not None and scheduled <= utcnow():
             # Layer 2: the platform itself terminates at the scheduled time.
             await self._terminate(rec, scheduled, by="schedule")
+        if not rec.terminated_at and not rec.periods:
+            boot_at = datetime.fromisoformat(rec.boot_at) if rec.boot_at else None
+            if boot_at is None or boot_at <= utcnow():
+                rec.periods.append([(boot_at or utcnow()).isoformat(), None])
+                self._write_record(rec)
         if not rec.terminated_at:
             try:
                 power = power_state(self.instance_root(instance.id))
@@ -289,6 +302,9 @@ class SandboxProvider:
                 inst.end_reason = reason  # type: ignore[assignment]
                 if rec.terminated_by == "schedule":
                     inst.status_detail = "terminated by the platform's scheduled release"
+        elif open_period is not None and inst.status in (InstanceStatus.REQUESTED, InstanceStatus.BOOTING):
+            inst.status = InstanceStatus.RUNNING
+            inst.status_detail = None
         elif open_period is None and rec.periods:
             off_at = datetime.fromisoformat(str(rec.periods[-1][1]))
             if inst.status != InstanceStatus.RELEASING:

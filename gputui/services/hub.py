@@ -24,7 +24,13 @@ from gputui.models import (
     Offer,
     utcnow,
 )
-from gputui.providers.base import CreateRequest, Provider, ProviderContext, ProviderError
+from gputui.providers.base import (
+    CreateRequest,
+    Provider,
+    ProviderContext,
+    ProviderError,
+    UnknownInstance,
+)
 from gputui.store import SessionStore
 
 if TYPE_CHECKING:
@@ -205,6 +211,13 @@ class Services:
             return inst
         try:
             fresh = await self.provider(inst.provider).refresh(inst)
+        except UnknownInstance as exc:
+            if inst.status == InstanceStatus.REQUESTED:
+                # The console stopped between recording the request and the provider's answer,
+                # and the provider never made it: nothing ran, nothing bills.
+                await self._fail(inst, f"never created: {exc}")
+                return await self.store.get_instance(inst.id) or inst
+            raise ServiceError(str(exc)) from None
         except (ProviderError, ServiceError) as exc:
             raise ServiceError(str(exc)) from None
         if fresh == inst:
@@ -282,7 +295,17 @@ class Services:
             await self.store.update_lease(instance_id, lambda lease: lease.model_copy(
                 update={"state": state}) if lease.state == LeaseState.ACTIVE else lease)
 
+    @cached_property
+    def ollama(self) -> Any:
+        """The Ollama manager (one per program, sharing the instances' links)."""
+        from gputui.services.ollama import OllamaService
+
+        return OllamaService(self)
+
     async def close(self) -> None:
+        if "ollama" in self.__dict__:
+            with contextlib.suppress(Exception):
+                await self.ollama.close()
         if "links" in self.__dict__:
             await self.links.close_all()
         for provider in self.providers.values():
