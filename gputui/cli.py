@@ -405,6 +405,16 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
     except InvalidOperation:
         raise CommandError(f"--price: {args.price!r} is not an hourly price", EXIT_BAD_INPUT) from None
     if args.password_file:
+        import os
+
+        try:
+            mode = os.stat(args.password_file).st_mode
+        except OSError as exc:
+            raise CommandError(f"--password-file: {exc.strerror}: {args.password_file}",
+                               EXIT_BAD_INPUT) from None
+        if mode & 0o077:
+            raise CommandError(f"--password-file: others can read {args.password_file}; "
+                               f"run chmod 600 {args.password_file}", EXIT_BAD_INPUT)
         endpoint = endpoint.model_copy(update={"password_file": args.password_file})
 
     async def body(services) -> int:

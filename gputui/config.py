@@ -170,7 +170,7 @@ def load_config(path: Path | None = None) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = _where(err["loc"])
@@ -179,6 +179,17 @@ def load_config(path: Path | None = None) -> Config:
             msg = "unknown key"
         extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"{path}: key '{where}': {msg}{extra}") from None
+    if config.providers.lambda_cloud.api_key and _readable_by_others(path):
+        raise ConfigError(f"{path}: key 'providers.lambda.api_key': the file holds an API key "
+                          f"and others can read it; run chmod 600 {path}")
+    return config
+
+
+def _readable_by_others(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & 0o077)
+    except OSError:
+        return False
 
 
 def _toml_ready(value: Any) -> Any:
