@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import subprocess
@@ -54,8 +55,8 @@ async def test_a_password_never_reaches_the_state_or_the_error_text(services: Se
                            per=Granularity.SECOND, password=SECRET)
     assert SECRET not in str(err.value)
     assert SECRET.encode() not in everything_on_disk(gputui_home)
-    out = subprocess.run([*GPUTUI, "costs", "--json"], env=run_gputui_env(gputui_home),
-                         capture_output=True, text=True)
+    out = await asyncio.to_thread(subprocess.run, [*GPUTUI, "costs", "--json"],
+                                  env=run_gputui_env(gputui_home), capture_output=True, text=True)
     assert SECRET not in out.stdout + out.stderr
 
 
@@ -94,8 +95,8 @@ async def test_hostile_labels_are_inert(services: Services, gputui_home: Path):
     root = services.provider("sandbox").instance_root(inst.id)
     assert not (root / "pwned").exists() and not (root / "pwned2").exists()
     assert (root / "bin").is_dir()  # nothing was removed
-    listed = subprocess.run([*GPUTUI, "instances", "--json"], env=run_gputui_env(gputui_home),
-                            capture_output=True, text=True)
+    listed = await asyncio.to_thread(subprocess.run, [*GPUTUI, "instances", "--json"],
+                                     env=run_gputui_env(gputui_home), capture_output=True, text=True)
     assert json.loads(listed.stdout)[0]["name"] == name
 
 
