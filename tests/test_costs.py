@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from gputui.config import BudgetSettings, Config
-from gputui.models import BillingRule, Granularity, Instance, InstanceStatus, Lease, LedgerEntry, utcnow
+from gputui.models import (
+    BillingRule,
+    Granularity,
+    Instance,
+    InstanceStatus,
+    Lease,
+    LedgerEntry,
+    utcnow,
+)
 from gputui.providers.base import CreateRequest
 from gputui.services.costs import (
     BudgetWatch,
