@@ -210,7 +210,6 @@ class SandboxProvider:
     async def _serve(self, instance_id: str, rec: PlatformRecord) -> Any:
         """Start this instance's SSH server in this process (on its recorded port if it has one)."""
         from gputui.providers.sandbox_server import ensure_host_key, start_instance_server
-
         from gputui.providers.sandbox_shims.state import install_shims
 
         _, public = self.client_key()
