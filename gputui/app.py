@@ -27,7 +27,7 @@ SCREENS: list[tuple[str, str, str, str, str]] = [
     ("home", "h", "Home", "gputui.ui.home:HomeScreen", "Instances, release countdowns and costs"),
     ("catalog", "g", "Catalog", "gputui.ui.pending:CatalogScreen", "Compare GPUs, check a model fits"),
     ("create", "n", "New", "gputui.ui.create:CreateScreen", "Rent an instance with a release timer"),
-    ("monitor", "m", "Monitor", "gputui.ui.pending:MonitorScreen", "Live GPU telemetry over SSH"),
+    ("monitor", "m", "Monitor", "gputui.ui.monitor:MonitorScreen", "Live GPU telemetry over SSH"),
     ("ollama", "o", "Ollama", "gputui.ui.ollama:OllamaScreen", "Ollama models and GPU selection"),
     ("costs", "c", "Costs", "gputui.ui.costs:CostsScreen", "Running cost meter, budgets, ledger"),
 ]
@@ -74,6 +74,10 @@ class GpuTuiApp(App[int]):
         self.store = store
         self.services = services or Services(store, self.config)
         self.leases = LeaseService(self.services)
+        from gputui.services.telemetry import TelemetryService
+
+        self.telemetry = TelemetryService(self.services, self.store)
+        self.focus_instance: str | None = None  # set by Home's Enter, read by the Monitor
         self._background = background  # tests of pure layout turn the lease clock off
         self._remember_theme = remember_theme
         self._requested_theme = theme_name
@@ -124,6 +128,7 @@ class GpuTuiApp(App[int]):
             await asyncio.sleep(1.0)
 
     async def on_unmount(self) -> None:
+        await self.telemetry.close()
         await self.services.close()
 
     def _save_theme(self, name: str) -> None:
@@ -144,6 +149,8 @@ class GpuTuiApp(App[int]):
 
     def _reload_live(self) -> None:
         self._live = self.store.instances_sync(live_only=True)
+        if self._background:
+            self.telemetry.sync(self._live)  # starts and stops the instances' streams
 
     # -- the meter ------------------------------------------------------------------------------
 

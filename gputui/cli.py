@@ -117,6 +117,29 @@ def cmd_ollama(args: argparse.Namespace) -> int:
     return _run_async(args, body)
 
 
+@command("smi")
+def cmd_smi(args: argparse.Namespace) -> int:
+    from gputui.services import smi
+
+    if args.local:
+        return smi.smi_local(as_json=args.json)
+    if args.input:
+        return smi.smi_input(args.input, as_json=args.json)
+    if not args.name:
+        raise CommandError("give an instance NAME, --local or --input FILE", EXIT_BAD_INPUT)
+    return _run_async(args, lambda services: smi.smi_remote(services, args.name, as_json=args.json))
+
+
+@command("doctor")
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gputui.services import smi
+
+    if args.local or not args.name:
+        return smi.doctor_local(as_json=args.json)
+    return _run_async(args, lambda services: smi.doctor_remote(services, args.name,
+                                                               as_json=args.json))
+
+
 @command("costs")
 def cmd_costs(args: argparse.Namespace) -> int:
     from gputui.services.costs import export_rows, to_csv, totals
@@ -544,6 +567,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "indices for gpus: 0,1 (all: every GPU)")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument("--force", action="store_true", help="load even when the fit check refuses")
+
+    s = sub.add_parser("smi", help="a one-shot snapshot of GPUs and processes, like gpustat")
+    s.add_argument("name", nargs="?", help="instance name or id")
+    t = s.add_mutually_exclusive_group()
+    t.add_argument("--local", action="store_true", help="this machine, through NVML")
+    t.add_argument("--input", metavar="FILE",
+                   help="a saved capture: CSV with header, -q -x XML or the table (- for stdin)")
+    s.add_argument("--json", action="store_true", help='print {"gpus": [...], "processes": [...]}')
+
+    s = sub.add_parser("doctor", help="check the GPU setup and say how to fix what is wrong")
+    s.add_argument("name", nargs="?", help="instance name or id (default: this machine)")
+    s.add_argument("--local", action="store_true", help="this machine (the default)")
+    s.add_argument("--json", action="store_true", help="print the checks as JSON")
 
     s = sub.add_parser("costs", help="the ledger and what is billing now")
     g = s.add_mutually_exclusive_group()

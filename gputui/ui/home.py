@@ -204,11 +204,14 @@ class HomeScreen(BaseScreen):
         if entry is not None:
             self.notify(f"{inst.name} released: {format_money(entry.total, entry.currency)} in all")
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_monitor()
+
     def action_monitor(self) -> None:
         inst = self.selected_instance()
-        self.gapp.action_goto("monitor")
         if inst is not None:
             self.gapp.focus_instance = inst.id
+        self.gapp.action_goto("monitor")
 
     def action_add_host(self) -> None:
         from gputui.ui.dialogs import AddHostDialog

@@ -27,19 +27,3 @@ class CatalogScreen(PendingScreen):
         "[b]GPU catalog[/b]\n\nCompare cards by VRAM, memory bandwidth, BF16/FP8 compute, "
         "NVLink vs PCIe and price; check whether a model fits and what the job will cost."
     )
-
-
-class MonitorScreen(PendingScreen):
-    TITLE = "Monitor"
-    BODY = (
-        "[b]Monitor[/b]\n\nLive GPU utilisation, memory, temperature and power of every "
-        "instance over SSH, like nvidia-smi, with processes and history."
-    )
-
-
-class OllamaScreen(PendingScreen):
-    TITLE = "Ollama"
-    BODY = (
-        "[b]Ollama[/b]\n\nInstalled and running models on an instance, pulls with progress, "
-        "and the GPUs Ollama may use (CUDA_VISIBLE_DEVICES)."
-    )

@@ -1,0 +1,768 @@
+"""The headless GPU commands: `gputui smi` (a one-shot snapshot, like gpustat) and
+`gputui doctor` (what is wrong and how to fix it).
+
+Plain functions returning exit codes; `gputui.cli` parses the arguments and calls them:
+
+- `smi_remote(services, NAME, as_json=...)` (async): an instance's GPUs and processes over SSH;
+- `smi_local(as_json=...)`: this machine through NVML; without NVML, one diagnosis line and
+  exit 1 (never a traceback);
+- `smi_input(PATH, as_json=...)`: a saved capture (CSV with header, `-q -x` XML, the table);
+- `doctor_local(as_json=...)` and `doctor_remote(services, NAME, as_json=...)` (async): the
+  seed guides' checklist, one line per check: ok / warn / fail, and a fix.
+
+Exit codes: 0 fine, 1 a failure (nvidia-smi or NVML unusable, a failed check). Instance and
+SSH problems raise `gputui.services.hub.ServiceError` (the CLI prints it and exits 1).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from gputui.models import GpuSample, HostInventory, Instance, ProcessSample
+from gputui.remote.diagnose import DIAGNOSES, Diagnosis, diagnose_nvidia_smi
+from gputui.remote.nvsmi import (
+    NvsmiParseError,
+    assign_gpu_indices,
+    parse_compute_apps_csv,
+    parse_query_gpu_csv,
+    parse_table,
+    parse_xml,
+    query_gpu_command,
+    sanitize,
+    xml_samples,
+)
+from gputui.services.telemetry import diagnosis_text, read_processes
+
+if TYPE_CHECKING:
+    from gputui.services.hub import Services
+
+__all__ = [
+    "Check",
+    "Snapshot",
+    "doctor_local",
+    "doctor_remote",
+    "evaluate_checks",
+    "format_snapshot",
+    "local_facts",
+    "remote_facts",
+    "smi_input",
+    "smi_local",
+    "smi_remote",
+    "snapshot_instance",
+    "snapshot_json",
+]
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+
+
+# --------------------------------------------------------------------------------------------
+# Snapshots
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    source: str
+    inventory: HostInventory = field(default_factory=HostInventory)
+    samples: list[GpuSample] = field(default_factory=list)
+    processes: list[ProcessSample] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class SnapshotFailed(Exception):
+    def __init__(self, diagnosis: Diagnosis) -> None:
+        super().__init__(diagnosis_text(diagnosis))
+        self.diagnosis = diagnosis
+
+
+_GPU_KEYS = (
+    "index", "name", "uuid", "utilization_gpu", "utilization_memory", "memory_used_mib",
+    "memory_total_mib", "temperature_c", "power_draw_w", "power_limit_w", "fan_pct",
+    "sm_clock_mhz", "pstate", "mig_mode",
+)
+
+
+def snapshot_json(snap: Snapshot) -> dict[str, Any]:
+    """`{"gpus": [...], "processes": [...]}` plus the source, versions and notes; a value
+    the source says is N/A is null."""
+    inv = {g.index: g for g in snap.inventory.gpus}
+    gpus = []
+    for s in snap.samples:
+        d = {k: getattr(s, k) for k in _GPU_KEYS}
+        d["timestamp"] = s.timestamp.isoformat() if s.timestamp else None
+        g = inv.get(s.index)
+        if g is not None:
+            d["name"] = d["name"] or g.name
+            d["uuid"] = d["uuid"] or g.uuid
+            d["memory_total_mib"] = d["memory_total_mib"] or g.memory_total_mib
+            d["power_limit_w"] = d["power_limit_w"] or g.power_limit_w
+            d["mig_devices"] = [json.loads(m.model_dump_json()) for m in g.mig_devices]
+        else:
+            d["mig_devices"] = []
+        gpus.append(d)
+    processes = [
+        {
+            "pid": p.pid,
+            "gpu_index": p.gpu_index,
+            "gpu_uuid": p.gpu_uuid,
+            "used_memory_mib": p.used_memory_mib,
+            "name": p.name,
+            "user": p.user,
+        }
+        for p in snap.processes
+    ]
+    return {
+        "source": snap.source,
+        "driver_version": snap.inventory.driver_version,
+        "cuda_version": snap.inventory.cuda_version,
+        "gpus": gpus,
+        "processes": processes,
+        "notes": list(snap.notes),
+    }
+
+
+def _num(value: float | None, fmt: str = "{:.0f}") -> str:
+    return "N/A" if value is None else fmt.format(value)
+
+
+def format_snapshot(snap: Snapshot) -> str:
+    """gpustat-like text: a header line, one line per GPU with its processes."""
+    inv = snap.inventory
+    head = snap.source
+    if inv.driver_version:
+        head += f"  driver {inv.driver_version}"
+    if inv.cuda_version:
+        head += f"  CUDA {inv.cuda_version}"
+    lines = [head]
+    by_gpu: dict[int | None, list[ProcessSample]] = {}
+    for p in snap.processes:
+        by_gpu.setdefault(p.gpu_index, []).append(p)
+    width = max((len(s.name or "") for s in snap.samples), default=8)
+    migs = {g.index: g.mig_devices for g in inv.gpus}
+    for s in snap.samples:
+        procs = " ".join(
+            f"{(p.user + ':') if p.user else ''}{_short_cmd(p.name)}/{p.pid}"
+            f"({_num(p.used_memory_mib)}M)"
+            for p in by_gpu.get(s.index, [])
+        )
+        power = f"{_num(s.power_draw_w)} / {_num(s.power_limit_w)} W"
+        lines.append(
+            f"[{s.index}] {(s.name or '?'):<{width}} | {_num(s.temperature_c):>3}°C, "
+            f"{_num(s.utilization_gpu):>3} % | {_num(s.memory_used_mib):>6} / "
+            f"{_num(s.memory_total_mib):>6} MiB | {power:>13} | {procs}".rstrip(" |")
+        )
+        for m in migs.get(s.index, []):
+            lines.append(
+                f"    MIG {m.profile or '?'} (GI {_num(m.gi_id)}, CI {_num(m.ci_id)}) "
+                f"{_num(m.memory_used_mib)} / {_num(m.memory_total_mib)} MiB"
+            )
+    orphans = by_gpu.get(None, [])
+    for p in orphans:
+        lines.append(f"    process {p.pid} {_short_cmd(p.name)} ({_num(p.used_memory_mib)}M)")
+    if not snap.samples:
+        lines.append("no GPUs")
+    for note in snap.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def _short_cmd(name: str | None, limit: int = 40) -> str:
+    if not name:
+        return "?"
+    first = name.split()[0] if name.split() else name
+    base = os.path.basename(first) or first
+    rest = name[len(first):].strip()
+    text = f"{base} {rest}".strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def snapshot_instance(services: Services, inst: Instance) -> Snapshot:
+    """One reading of an instance's GPUs, processes and inventory over its SSH link.
+
+    Raises SnapshotFailed (with a diagnosis) when nvidia-smi fails there, and the SSH layer's
+    errors when the instance cannot be reached."""
+    link = await services.link(inst)
+    result = await link.run(query_gpu_command(None), timeout=60)
+    if result.exit_status != 0:
+        diag = diagnose_nvidia_smi(result.stdout + "\n" + result.stderr, result.exit_status)
+        raise SnapshotFailed(diag or DIAGNOSES["nvidia-smi-failed"])
+    samples = parse_query_gpu_csv(result.stdout)
+    snap = Snapshot(inst.name, samples=samples)
+    try:
+        xml = await link.run("nvidia-smi -q -x", timeout=60)
+        if xml.exit_status == 0:
+            snap.inventory = parse_xml(xml.stdout)
+    except NvsmiParseError:
+        snap.notes.append("nvidia-smi -q -x gave no readable report (no versions, no MIG)")
+    uuids = {s.uuid: s.index for s in samples if s.uuid}
+    procs, why = await read_processes(link, uuids, timeout=60)
+    if procs is None:
+        snap.notes.append(f"processes not available: {why}")
+    else:
+        snap.processes = procs
+    return snap
+
+
+def _emit(out: IO[str], text: str) -> None:
+    out.write(text + "\n")
+    out.flush()
+
+
+def _fail_line(err: IO[str], what: str, diag: Diagnosis) -> None:
+    _emit(err, f"gputui: {what}: {diagnosis_text(diag)}")
+
+
+def _print_snapshot(snap: Snapshot, as_json: bool, out: IO[str]) -> None:
+    if as_json:
+        _emit(out, json.dumps(snapshot_json(snap), indent=2, default=str))
+    else:
+        _emit(out, format_snapshot(snap))
+
+
+def _print_failure(diag: Diagnosis, source: str, what: str, as_json: bool,
+                   out: IO[str], err: IO[str]) -> int:
+    _fail_line(err, what, diag)
+    if as_json:
+        _emit(out, json.dumps({"source": source, "gpus": [], "processes": [],
+                               "diagnosis": diag.model_dump()}, indent=2))
+    return EXIT_FAIL
+
+
+async def smi_remote(
+    services: Services,
+    name: str,
+    *,
+    as_json: bool = False,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
+) -> int:
+    """`gputui smi NAME [--json]`."""
+    from gputui.remote.ssh import SSHLayerError
+    from gputui.services.hub import ServiceError
+
+    out, err = out or sys.stdout, err or sys.stderr
+    inst = services.store.find_instance_sync(name)
+    if not inst.status.live:
+        raise ServiceError(f"{inst.name} is {inst.status.value}")
+    try:
+        snap = await snapshot_instance(services, inst)
+    except SnapshotFailed as exc:
+        return _print_failure(exc.diagnosis, inst.name, f"{inst.name}: nvidia-smi", as_json,
+                              out, err)
+    except SSHLayerError as exc:
+        raise ServiceError(f"{inst.name}: {exc}") from None
+    _print_snapshot(snap, as_json, out)
+    return EXIT_OK
+
+
+def smi_local(
+    *,
+    as_json: bool = False,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
+    nvml: Any = None,
+) -> int:
+    """`gputui smi --local [--json]`: this machine through NVML."""
+    from gputui.remote.nvml import NvmlUnavailable, read_local
+
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        reading = read_local(nvml)
+    except NvmlUnavailable as exc:
+        return _print_failure(exc.diagnosis, "local", "NVML unavailable", as_json, out, err)
+    snap = Snapshot("this machine (NVML)", reading.inventory, list(reading.samples),
+                    list(reading.processes), list(reading.notes))
+    _print_snapshot(snap, as_json, out)
+    return EXIT_OK
+
+
+def read_capture(text: str, source: str) -> Snapshot:
+    """A saved capture: `-q -x` XML, the plain table, or `--query-gpu` CSV (with header)."""
+    head = text.lstrip()[:200]
+    if head.startswith("<"):
+        inv = parse_xml(text)
+        samples = xml_samples(text)
+        return Snapshot(source, inv, samples, list(inv.processes))
+    if "NVIDIA-SMI" in text or head.startswith(("+--", "|")) or "Driver Version" in text:
+        inv, samples, procs = parse_table(text)
+        return Snapshot(source, inv, samples, assign_gpu_indices(procs, samples))
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if first.replace(" ", "").lower().startswith("pid,"):
+        return Snapshot(source, processes=parse_compute_apps_csv(text))
+    return Snapshot(source, samples=parse_query_gpu_csv(text))
+
+
+def smi_input(
+    path: str | Path,
+    *,
+    as_json: bool = False,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
+) -> int:
+    """`gputui smi --input FILE [--json]` (`-` reads stdin)."""
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        if str(path) == "-":
+            text = sys.stdin.read()
+        else:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        _emit(err, f"gputui: {path}: cannot read: {exc.strerror or exc}")
+        return EXIT_FAIL
+    try:
+        snap = read_capture(text, str(path))
+    except NvsmiParseError as exc:
+        _emit(err, f"gputui: {path}: not an nvidia-smi capture: {exc}")
+        return EXIT_FAIL
+    if not snap.samples and not snap.processes:
+        diag = diagnose_nvidia_smi(text, None)
+        if diag is not None:
+            return _print_failure(diag, str(path), f"{path}", as_json, out, err)
+        _emit(err, f"gputui: {path}: no GPU readings found (CSV with a header, -q -x XML, "
+                   "or the nvidia-smi table)")
+        return EXIT_FAIL
+    _print_snapshot(snap, as_json, out)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# Doctor
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    message: str
+    fix: str | None = None
+
+    def line(self) -> str:
+        text = f"{self.status.upper() if self.status != 'ok' else 'ok':<4}  {self.name}: {self.message}"
+        if self.fix and self.status != "ok":
+            text += f" — fix: {self.fix}"
+        return text
+
+
+@dataclass
+class Facts:
+    """What the checks look at, gathered locally or over SSH."""
+
+    where: str
+    remote: bool = False
+    nvml_gpus: int | None = None  # local only: GPUs NVML sees
+    nvml_names: list[str] = field(default_factory=list)
+    nvml_diagnosis: Diagnosis | None = None
+    nvml_checked: bool = False
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    smi_path: str | None = None
+    smi_rc: int | None = None
+    smi_output: str = ""
+    samples: list[GpuSample] = field(default_factory=list)
+    processes: list[ProcessSample] = field(default_factory=list)
+    env: dict[str, str | None] = field(default_factory=dict)
+    container: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    torch: dict[str, Any] | None = None  # the probe's answer; None: could not run it
+
+
+TORCH_PROBE = r"""
+import json, warnings
+try:
+    import torch
+except ImportError:
+    print(json.dumps({"installed": False})); raise SystemExit(0)
+except Exception as e:
+    print(json.dumps({"installed": True, "error": str(e)[:300]})); raise SystemExit(0)
+r = {"installed": True, "version": str(torch.__version__), "cuda": torch.version.cuda}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        r["available"] = bool(torch.cuda.is_available())
+        r["count"] = int(torch.cuda.device_count()) if r["available"] else 0
+    except Exception as e:
+        r["available"] = False
+        r["error"] = str(e)[:300]
+r["warnings"] = [str(w.message)[:300] for w in caught][:3]
+print(json.dumps(r))
+""".strip()
+
+_CONTAINER_CGROUP = re.compile(r"docker|kubepods|containerd|libpod|lxc")
+_MARK = "@@gputui "
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    parts = re.findall(r"\d+", text)
+    return tuple(int(p) for p in parts[:2]) if parts else None
+
+
+def _parse_probe(text: str) -> dict[str, Any] | None:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def local_facts(
+    *,
+    nvml: Any = None,
+    env: Mapping[str, str] | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+    run: Callable[..., Any] = subprocess.run,
+    root: Path = Path("/"),
+) -> Facts:
+    """Gather the facts on this machine (nothing here raises)."""
+    from gputui.remote.nvml import NvmlUnavailable, read_local
+
+    env = os.environ if env is None else env
+    facts = Facts("this machine", nvml_checked=True)
+    try:
+        reading = read_local(nvml)
+    except NvmlUnavailable as exc:
+        facts.nvml_diagnosis = exc.diagnosis
+    else:
+        facts.nvml_gpus = len(reading.samples)
+        facts.nvml_names = [s.name or "?" for s in reading.samples]
+        facts.driver_version = reading.inventory.driver_version
+        facts.cuda_version = reading.inventory.cuda_version
+        facts.samples = list(reading.samples)
+        facts.processes = list(reading.processes)
+    facts.smi_path = which("nvidia-smi")
+    if facts.smi_path:
+        try:
+            done = run([facts.smi_path], capture_output=True, text=True, timeout=30,
+                       errors="replace")
+            facts.smi_rc = done.returncode
+            facts.smi_output = (done.stdout or "") + (done.stderr or "")
+        except (OSError, subprocess.SubprocessError) as exc:
+            facts.smi_rc = 127 if isinstance(exc, FileNotFoundError) else -1
+            facts.smi_output = str(exc)
+        if facts.smi_rc == 0:
+            inv, samples, procs = parse_table(facts.smi_output)
+            facts.driver_version = facts.driver_version or inv.driver_version
+            facts.cuda_version = facts.cuda_version or inv.cuda_version
+            if not facts.samples:
+                facts.samples = samples
+                facts.processes = assign_gpu_indices(procs, samples)
+    facts.env = {k: env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")}
+    if (root / ".dockerenv").exists():
+        facts.container.append("dockerenv")
+    if (root / "run" / ".containerenv").exists():
+        facts.container.append("containerenv")
+    try:
+        cgroup = (root / "proc" / "1" / "cgroup").read_text(encoding="utf-8", errors="replace")
+        if _CONTAINER_CGROUP.search(cgroup):
+            facts.container.append("cgroup")
+    except OSError:
+        pass
+    if env.get("container"):
+        facts.container.append(f"container={env.get('container')}")
+    try:
+        facts.devices = sorted(p.name for p in (root / "dev").iterdir()
+                               if p.name.startswith("nvidia"))
+    except OSError:
+        facts.devices = []
+    if importlib.util.find_spec("torch") is None:
+        facts.torch = {"installed": False}
+    else:
+        try:
+            done = run([sys.executable, "-c", TORCH_PROBE], capture_output=True, text=True,
+                       timeout=120, errors="replace")
+            facts.torch = _parse_probe(done.stdout) or {
+                "installed": True, "error": sanitize(done.stderr.strip()[-300:], 300)}
+        except (OSError, subprocess.SubprocessError) as exc:
+            facts.torch = {"installed": True, "error": sanitize(str(exc), 300)}
+    return facts
+
+
+def _remote_script() -> str:
+    probe = shlex.quote(TORCH_PROBE)
+    m = _MARK
+    return "\n".join([
+        f"echo '{m}smi_path'; command -v nvidia-smi 2>/dev/null",
+        f"echo '{m}smi'; nvidia-smi 2>&1; echo \"{m}smi_rc $?\"",
+        f"echo '{m}env'",
+        'echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>}"',
+        'echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-<unset>}"',
+        f"echo '{m}container'",
+        "[ -e /.dockerenv ] && echo dockerenv",
+        "[ -e /run/.containerenv ] && echo containerenv",
+        "grep -qsE 'docker|kubepods|containerd|libpod|lxc' /proc/1/cgroup && echo cgroup",
+        f"echo '{m}dev'; ls /dev 2>/dev/null | grep '^nvidia'",
+        f"echo '{m}torch'",
+        "for py in python3 python; do if command -v $py >/dev/null 2>&1; then "
+        f"$py -c {probe} 2>&1 | tail -n 5; break; fi; done",
+        f"echo '{m}end'",
+    ])
+
+
+def parse_remote(where: str, stdout: str) -> Facts:
+    """The facts from the remote script's output."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    rc = None
+    for line in stdout.splitlines():
+        if line.startswith(_MARK):
+            word = line[len(_MARK):].strip()
+            if word.startswith("smi_rc"):
+                parts = word.split()
+                rc = int(parts[1]) if len(parts) > 1 and parts[1].lstrip("-").isdigit() else None
+                current = None
+                continue
+            current = word
+            sections[current] = []
+            continue
+        if current is not None:
+            sections[current].append(line)
+    facts = Facts(where, remote=True)
+    path = "\n".join(sections.get("smi_path", [])).strip()
+    facts.smi_path = sanitize(path, 200) or None
+    facts.smi_output = "\n".join(sections.get("smi", []))
+    facts.smi_rc = rc
+    if facts.smi_path is None and rc is None:
+        facts.smi_rc = 127
+    if facts.smi_rc == 0:
+        inv, samples, procs = parse_table(facts.smi_output)
+        facts.driver_version, facts.cuda_version = inv.driver_version, inv.cuda_version
+        facts.samples = samples
+        facts.processes = assign_gpu_indices(procs, samples)
+    for line in sections.get("env", []):
+        key, _, value = line.partition("=")
+        if key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+            facts.env[key] = None if value == "<unset>" else sanitize(value, 200)
+    facts.container = [sanitize(x, 40) for x in sections.get("container", []) if x.strip()]
+    facts.devices = [sanitize(x, 40) for x in sections.get("dev", []) if x.strip()]
+    torch_lines = "\n".join(sections.get("torch", []))
+    facts.torch = _parse_probe(torch_lines) if torch_lines.strip() else {"installed": False,
+                                                                          "no_python": True}
+    if facts.torch is None:
+        facts.torch = {"installed": True, "error": sanitize(torch_lines.strip()[-300:], 300)}
+    return facts
+
+
+async def remote_facts(services: Services, inst: Instance) -> Facts:
+    link = await services.link(inst)
+    result = await link.run(_remote_script(), timeout=180)
+    return parse_remote(inst.name, result.stdout)
+
+
+def evaluate_checks(facts: Facts) -> list[Check]:
+    """The checklist, most basic first."""
+    checks: list[Check] = []
+    smi_ok = facts.smi_rc == 0
+    smi_diag: Diagnosis | None = None
+
+    if facts.nvml_checked:
+        if facts.nvml_diagnosis is None:
+            names = ", ".join(sorted(set(facts.nvml_names))) or "?"
+            checks.append(Check("nvml", "ok", f"NVML sees {facts.nvml_gpus} GPU(s): {names}"))
+        else:
+            d = facts.nvml_diagnosis
+            checks.append(Check("nvml", "fail", d.problem + (f" ({d.detail})" if d.detail else ""),
+                                d.fix))
+
+    if not facts.smi_path and facts.smi_rc in (None, 127):
+        smi_diag = DIAGNOSES["nvidia-smi-missing"]
+        checks.append(Check("nvidia-smi", "fail", smi_diag.problem, smi_diag.fix))
+    elif smi_ok:
+        checks.append(Check("nvidia-smi", "ok",
+                            f"{facts.smi_path or 'nvidia-smi'} ran fine (exit 0), "
+                            f"{len(facts.samples)} GPU(s)"))
+    else:
+        smi_diag = diagnose_nvidia_smi(facts.smi_output, facts.smi_rc if facts.smi_rc is not None
+                                       else 1) or DIAGNOSES["nvidia-smi-failed"]
+        said = f" (said: {smi_diag.detail})" if smi_diag.detail else ""
+        checks.append(Check("nvidia-smi", "fail",
+                            f"exit status {facts.smi_rc}: {smi_diag.problem}{said}", smi_diag.fix))
+
+    # Driver and CUDA versions.
+    if facts.driver_version or facts.cuda_version:
+        checks.append(Check("driver", "ok", f"driver {facts.driver_version or '?'}, "
+                                            f"CUDA {facts.cuda_version or '?'} (driver API)"))
+    else:
+        checks.append(Check("driver", "fail" if not smi_ok else "warn",
+                            "driver and CUDA versions unknown (no working driver found)",
+                            "install the NVIDIA driver (see the nvidia-smi check above)"))
+
+    # CUDA_VISIBLE_DEVICES.
+    checks.append(_visible_devices_check(facts))
+
+    # Containers.
+    checks.append(_container_check(facts, smi_ok or bool(facts.nvml_gpus)))
+
+    # PyTorch.
+    checks.append(_torch_check(facts))
+
+    # Leftover processes holding memory.
+    checks.append(_leftover_check(facts))
+    return checks
+
+
+def _visible_devices_check(facts: Facts) -> Check:
+    value = facts.env.get("CUDA_VISIBLE_DEVICES")
+    count = len(facts.samples) or facts.nvml_gpus or 0
+    if value is None:
+        return Check("CUDA_VISIBLE_DEVICES", "ok", "not set: programs see every GPU")
+    stripped = value.strip()
+    if stripped in ("", "-1", "none", "None", "NoDevFiles"):
+        return Check("CUDA_VISIBLE_DEVICES", "warn",
+                     f"set to {value!r}: CUDA programs see no GPU at all",
+                     "unset it (`unset CUDA_VISIBLE_DEVICES`) or list the GPUs to use, e.g. 0,1")
+    bad = []
+    for part in stripped.split(","):
+        part = part.strip()
+        if part.isdigit() and count and int(part) >= count:
+            bad.append(part)
+    if bad:
+        return Check("CUDA_VISIBLE_DEVICES", "warn",
+                     f"set to {value!r} but this machine has {count} GPU(s): "
+                     f"{', '.join(bad)} do not exist (CUDA stops at the first bad entry)",
+                     f"use indexes 0..{count - 1} or GPU UUIDs")
+    return Check("CUDA_VISIBLE_DEVICES", "ok", f"set to {value!r}: programs see only those GPUs")
+
+
+def _container_check(facts: Facts, gpus_work: bool) -> Check:
+    nv_env = facts.env.get("NVIDIA_VISIBLE_DEVICES")
+    has_dev = any(re.fullmatch(r"nvidia\d+", d) for d in facts.devices)
+    if facts.container:
+        where = ", ".join(facts.container)
+        if gpus_work:
+            return Check("container", "ok", f"in a container ({where}); the GPUs are visible")
+        if not has_dev:
+            return Check("container", "fail",
+                         f"in a container ({where}) without /dev/nvidia* devices: the GPUs were "
+                         "not passed in",
+                         "start it with `docker run --gpus all` (NVIDIA Container Toolkit "
+                         "installed on the host) or the platform's GPU option"
+                         + ("; NVIDIA_VISIBLE_DEVICES is set to "
+                            f"{nv_env!r}" if nv_env is not None else ""))
+        return Check("container", "fail",
+                     f"in a container ({where}) with /dev/nvidia* devices but no working driver "
+                     "tools",
+                     DIAGNOSES["nvml-unknown-error"].fix)
+    if not gpus_work and not has_dev:
+        return Check("container", "warn",
+                     "not a container, and no /dev/nvidia* device files: the driver is not "
+                     "loaded or there is no NVIDIA GPU",
+                     DIAGNOSES["driver-not-loaded"].fix)
+    return Check("container", "ok", "not in a container")
+
+
+def _torch_check(facts: Facts) -> Check:
+    t = facts.torch or {}
+    if not t.get("installed"):
+        if t.get("no_python"):
+            return Check("pytorch", "ok", "no Python here (nothing to check)")
+        return Check("pytorch", "ok", "PyTorch is not installed here (nothing to check)")
+    if t.get("version") is None:
+        return Check("pytorch", "warn", f"PyTorch is installed but did not import: "
+                                        f"{t.get('error', '?')}",
+                     "reinstall it: pip install --force-reinstall torch")
+    version = t["version"]
+    cuda = t.get("cuda")
+    if cuda is None:
+        return Check("pytorch", "fail" if (facts.samples or facts.nvml_gpus) else "warn",
+                     f"PyTorch {version} is a CPU-only build (torch.version.cuda is None): it "
+                     "cannot use the GPU",
+                     "pip install --force-reinstall torch --index-url "
+                     "https://download.pytorch.org/whl/cu124 (pick the CUDA version the driver "
+                     "supports)")
+    if t.get("available"):
+        return Check("pytorch", "ok",
+                     f"PyTorch {version} (CUDA {cuda}) sees {t.get('count', '?')} GPU(s)")
+    said = " ".join([*t.get("warnings", []), t.get("error") or ""]).strip()
+    driver_cuda = _version_tuple(facts.cuda_version)
+    torch_cuda = _version_tuple(cuda)
+    too_old = "too old" in said.lower() or "insufficient" in said.lower() or (
+        driver_cuda is not None and torch_cuda is not None and driver_cuda < torch_cuda)
+    if too_old:
+        return Check("pytorch", "fail",
+                     f"CUDA driver version is insufficient for CUDA runtime version: PyTorch "
+                     f"{version} needs CUDA {cuda}, the driver supports "
+                     f"{facts.cuda_version or 'an older CUDA'}",
+                     "upgrade the NVIDIA driver, or install a torch built for the driver's "
+                     "CUDA (e.g. --index-url https://download.pytorch.org/whl/cu118)")
+    return Check("pytorch", "fail",
+                 f"PyTorch {version} (CUDA {cuda}) cannot see a GPU"
+                 + (f": {sanitize(said, 200)}" if said else ""),
+                 "fix the driver checks above first; check CUDA_VISIBLE_DEVICES; in a container "
+                 "pass the GPUs in with --gpus all")
+
+
+def _leftover_check(facts: Facts) -> Check:
+    util = {s.index: s.utilization_gpu for s in facts.samples}
+    leftovers = [
+        p for p in facts.processes
+        if (p.used_memory_mib or 0) >= 256 and p.gpu_index is not None
+        and util.get(p.gpu_index) is not None and (util.get(p.gpu_index) or 0) <= 1
+    ]
+    if not facts.samples:
+        return Check("leftover processes", "ok", "no GPU readings to check")
+    if not leftovers:
+        n = len(facts.processes)
+        return Check("leftover processes", "ok",
+                     f"no idle process holds GPU memory ({n} GPU process{'es' if n != 1 else ''})")
+    desc = ", ".join(
+        f"PID {p.pid} ({_short_cmd(p.name, 30)}) {p.used_memory_mib or 0:.0f} MiB on GPU "
+        f"{p.gpu_index}" for p in leftovers[:5])
+    pids = " ".join(str(p.pid) for p in leftovers[:5])
+    how = (f"gputui ssh {shlex.quote(facts.where)} -- kill {pids}" if facts.remote
+           else f"kill {pids}")
+    return Check("leftover processes", "warn",
+                 f"memory held on idle GPUs: {desc} — finished or hung jobs?",
+                 f"if they are leftovers, kill them: `{how}` (or k in the Monitor)")
+
+
+def _print_checks(target: str, checks: Sequence[Check], as_json: bool, out: IO[str]) -> int:
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        _emit(out, json.dumps({"target": target, "ok": not failed,
+                               "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        _emit(out, f"gputui doctor: {target}")
+        for c in checks:
+            _emit(out, c.line())
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def doctor_local(*, as_json: bool = False, out: IO[str] | None = None, **facts_kw: Any) -> int:
+    """`gputui doctor [--local] [--json]`."""
+    facts = local_facts(**facts_kw)
+    return _print_checks("this machine", evaluate_checks(facts), as_json, out or sys.stdout)
+
+
+async def doctor_remote(
+    services: Services, name: str, *, as_json: bool = False, out: IO[str] | None = None
+) -> int:
+    """`gputui doctor NAME [--json]`: the same checks through SSH."""
+    from gputui.remote.ssh import SSHLayerError
+    from gputui.services.hub import ServiceError
+
+    inst = services.store.find_instance_sync(name)
+    if not inst.status.live:
+        raise ServiceError(f"{inst.name} is {inst.status.value}")
+    try:
+        facts = await remote_facts(services, inst)
+    except SSHLayerError as exc:
+        raise ServiceError(f"{inst.name}: {exc}") from None
+    return _print_checks(inst.name, evaluate_checks(facts), as_json, out or sys.stdout)
