@@ -179,6 +179,12 @@ class GpuTuiApp(App[int]):
     def _tick(self) -> None:
         self.refresh_meter()
 
+    def notify(self, message: str, *, title: str = "", severity: str = "information",  # type: ignore[override]
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Notifications carry names and provider messages: never read them as markup."""
+        super().notify(message, title=title, severity=severity,  # type: ignore[arg-type]
+                       timeout=timeout, markup=False)
+
     # -- actions --------------------------------------------------------------------------------
 
     def action_goto(self, mode: str) -> None:

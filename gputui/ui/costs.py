@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -83,7 +84,7 @@ class CostsScreen(BaseScreen):
                            ("bar", "")):
             group.add_column(label, key=key)
         self.grouping = "day"
-        self._cells: dict[tuple[str, str], str] = {}
+        self._cells: dict[tuple[str, str], str | Text] = {}
         self.reload()
         self.set_interval(1.0, self.tick)
 
@@ -100,13 +101,13 @@ class CostsScreen(BaseScreen):
         self._fill_chart()
         self.tick()
 
-    def _now_cells(self, inst: Instance) -> dict[str, str]:
+    def _now_cells(self, inst: Instance) -> dict[str, str | Text]:
         now = self.gapp.now()
         cost = instance_cost(inst, self._leases.get(inst.id), now)
         cur = inst.billing.currency
         release = format_remaining(cost.release_at and (cost.release_at - now).total_seconds())
         return {
-            "name": inst.name,
+            "name": Text(inst.name),
             "state": cost.billing_state,
             "rate": format_money(cost.rate, cur),
             "compute": format_money(cost.compute, cur),
@@ -114,7 +115,7 @@ class CostsScreen(BaseScreen):
             "accrued": format_money(cost.accrued, cur),
             "release": release if cost.release_at else "⚠ no timer",
             "projected": format_money(cost.projected, cur) if cost.projected is not None else "-",
-            "gpu": f"{inst.gpu_count}× {inst.gpu}",
+            "gpu": Text(f"{inst.gpu_count}× {inst.gpu}"),
         }
 
     def _fill_now(self) -> None:
@@ -162,8 +163,8 @@ class CostsScreen(BaseScreen):
             if e.instance_id in present:
                 continue
             table.add_row(
-                e.ended_at.astimezone().strftime("%m-%d %H:%M"), e.name,
-                f"{e.gpu_count}× {e.gpu}", f"{e.running_seconds / 3600:.2f}",
+                e.ended_at.astimezone().strftime("%m-%d %H:%M"), Text(e.name),
+                Text(f"{e.gpu_count}× {e.gpu}"), f"{e.running_seconds / 3600:.2f}",
                 format_money(e.compute_cost, e.currency), format_money(e.storage_cost, e.currency),
                 format_money(e.total, e.currency), e.end_reason, e.provider, key=e.instance_id,
             )
@@ -176,7 +177,7 @@ class CostsScreen(BaseScreen):
         rows = group_ledger(self._ledger, self.grouping)
         top = max((r[1] for r in rows), default=Decimal(0))
         for key, total, count in rows:
-            table.add_row(key, format_money(total), str(count), bar(total, top, 20), key=key)
+            table.add_row(Text(key), format_money(total), str(count), bar(total, top, 20), key=key)
         label = {"day": "day", "week": "week", "month": "month", "gpu": "GPU type", "task": "task label"}
         self.query_one("#group-title", Static).update(
             f"Ended instances by [b]{label[self.grouping]}[/b] (b: group by "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -159,7 +160,7 @@ class CreateScreen(BaseScreen):
         try:
             self.offers = await self.gapp.services.offers(name)
         except Exception as exc:
-            self.query_one("#error", Static).update(f"cannot list offers: {exc}")
+            self.query_one("#error", Static).update(f"cannot list offers: {escape(str(exc))}")
             return
         select = self.query_one("#offer", Select)
         select.set_options([
@@ -219,7 +220,7 @@ class CreateScreen(BaseScreen):
         rule = offer.billing.model_copy(update={"price_per_hour": offer.price_per_gpu_hour * count})
         now = self.gapp.now()
         lines = [
-            f"[b]{format_money(rule.price_per_hour, rule.currency)}/h[/b] for {count}× {offer.gpu}"
+            f"[b]{format_money(rule.price_per_hour, rule.currency)}/h[/b] for {count}× {escape(offer.gpu)}"
             f" · billed per {rule.granularity.value}"
             + (f", {rule.minimum_seconds}s minimum" if rule.minimum_seconds else "")
             + (f" · storage {format_money(rule.storage_per_gb_month)}/GB-month"
@@ -227,13 +228,13 @@ class CreateScreen(BaseScreen):
         ]
         if offer.source:
             source = offer.source if len(offer.source) <= 60 else offer.source[:59] + "…"
-            lines.append(f"[dim]list price from {source}"
+            lines.append(f"[dim]list price from {escape(source)}"
                          + (f" ({offer.as_of})" if offer.as_of else "") + "[/dim]")
         try:
             release_at = self._release_at(now)
             error.update("")
         except ValueError as exc:
-            error.update(f"Release: {exc}")
+            error.update(f"Release: {escape(str(exc))}")
             summary.update("\n".join(lines))
             return
         if release_at is None:
@@ -267,7 +268,7 @@ class CreateScreen(BaseScreen):
         try:
             release_at = self._release_at(self.gapp.now())
         except ValueError as exc:
-            error.update(f"Release: {exc}")
+            error.update(f"Release: {escape(str(exc))}")
             return
         util_text = self.query_one("#idle-util", Input).value.strip()
         minutes_text = self.query_one("#idle-minutes", Input).value.strip()
@@ -325,7 +326,7 @@ class CreateScreen(BaseScreen):
             steps[-1] = "running"
             progress.update(" → ".join(steps) + " ✓")
         except Exception as exc:
-            error.update(f"Could not create: {exc}")
+            error.update(f"Could not create: {escape(str(exc))}")
             self.busy = False
             return
         self.busy = False

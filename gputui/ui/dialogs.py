@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -39,7 +40,7 @@ class TimerDialog(ModalScreen[object]):
     def compose(self) -> ComposeResult:
         left = format_remaining((self.current - self.now()).total_seconds()) if self.current else "no timer"
         with VerticalScroll():
-            yield Static(f"[b]Release timer for {self.inst_name}[/b] (now: {left})\n"
+            yield Static(f"[b]Release timer for {escape(self.inst_name)}[/b] (now: {left})\n"
                          "Type 2h or 90m from now, a clock time like 18:30, or none.")
             yield Input(placeholder="2h", id="timer-input")
             yield Static("", id="timer-error")
@@ -65,7 +66,7 @@ class TimerDialog(ModalScreen[object]):
         try:
             self.dismiss(parse_release(text, self.now()))
         except ValueError as exc:
-            error.update(str(exc))
+            error.update(escape(str(exc)))
 
 
 class AddHostDialog(ModalScreen[dict | None]):
@@ -117,7 +118,7 @@ class AddHostDialog(ModalScreen[dict | None]):
         try:
             endpoint = parse_ssh_line(self.query_one("#line", Input).value)
         except ValueError as exc:
-            error.update(f"ssh line: {exc}")
+            error.update(f"ssh line: {escape(str(exc))}")
             return
         try:
             price = Decimal(self.query_one("#price", Input).value.strip())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from rich.markup import escape
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -79,7 +81,7 @@ class HomeScreen(BaseScreen):
             self._put_row(inst)
         self.query_one("#hint").display = not self._instances
 
-    def _cells(self, inst: Instance, now: datetime) -> dict[str, str]:
+    def _cells(self, inst: Instance, now: datetime) -> dict[str, str | Text]:
         lease = self._leases.get(inst.id)
         if lease is None or lease.state != "active":
             release = "-"
@@ -90,9 +92,9 @@ class HomeScreen(BaseScreen):
         link, _detail = self.gapp.store.link(inst.id)
         provider = inst.provider + (" (simulated)" if inst.provider == "sandbox" else "")
         return {
-            "name": inst.name,
+            "name": Text(inst.name),  # a label is the user's text, never markup
             "provider": provider,
-            "gpu": f"{inst.gpu_count}× {short_gpu(inst.gpu)}",
+            "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
             "status": inst.status.value,
             "link": LINK_MARK.get(link.value, "-"),
             "release": release,
@@ -189,7 +191,7 @@ class HomeScreen(BaseScreen):
 
         cost = format_money(inst.accrued(self.gapp.now()), inst.billing.currency)
         self.app.push_screen(
-            ConfirmScreen(f"Release [b]{inst.name}[/b] ({inst.gpu_count}× {inst.gpu}) now?\n\n"
+            ConfirmScreen(f"Release [b]{escape(inst.name)}[/b] ({inst.gpu_count}× {escape(inst.gpu)}) now?\n\n"
                           f"It has cost {cost} so far. Its disk and running processes are gone "
                           "for good.", "Release", "Keep it"),
             lambda yes: self.release(inst) if yes else None)
@@ -235,7 +237,7 @@ class HomeScreen(BaseScreen):
             from gputui.ui.create import ConfirmScreen
 
             self.app.push_screen(
-                ConfirmScreen(f"[b]Unknown host[/b] {exc.where}\n\nIts host key fingerprint is\n"
+                ConfirmScreen(f"[b]Unknown host[/b] {escape(exc.where)}\n\nIts host key fingerprint is\n"
                               f"[b]{exc.fingerprint}[/b]\n\nTrust it only if it matches what the "
                               "provider shows.", "Trust and add", "Cancel"),
                 lambda yes: self.add_host(form, accept_new=True) if yes else None)
