@@ -50,9 +50,9 @@ class GpuTuiApp(App[int]):
     DEFAULT_MODE = "home"
     BINDINGS = [
         *[Binding(key, f"goto('{mode}')", label) for mode, key, label, _s, _w in SCREENS],
-        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("question_mark", "help", "Help", key_display="?", show=False),
         Binding("ctrl+p", "command_palette", "Palette", show=False),
-        Binding("q", "quit", "Quit"),
+        Binding("q", "quit", "Quit", show=False),
     ]
     ENABLE_COMMAND_PALETTE = True
 

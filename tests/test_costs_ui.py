@@ -84,5 +84,5 @@ async def test_meter_ticks_while_an_instance_runs(gputui_home: Path, utc_clock):
         assert ledger.row_count == 2 and ledger.get_cell("old0", "reason") == "timer"
         await pilot.press("b", "b", "b")  # day → week → month → GPU type
         groups = app.screen.query_one("#group-table", DataTable)
-        assert {groups.get_row_at(i)[0] for i in range(groups.row_count)} == {
+        assert {str(groups.get_row_at(i)[0]) for i in range(groups.row_count)} == {
             "H100 80GB SXM5", "A100 80GB SXM4"}

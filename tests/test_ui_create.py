@@ -58,7 +58,7 @@ async def test_create_shows_cost_then_rents_with_a_timer(gputui_home: Path):
         left = lease.remaining()
         assert timedelta(minutes=89) < timedelta(seconds=left) <= timedelta(minutes=90)
         table = app.screen.query_one(DataTable)
-        assert table.get_cell(inst.id, "name") == "lora"
+        assert str(table.get_cell(inst.id, "name")) == "lora"
 
         # e extends by an hour
         await pilot.press("e")

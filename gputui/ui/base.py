@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -27,6 +28,11 @@ class StoreEvent(Message):
 
 class BaseScreen(Screen):
     TITLE: ClassVar[str] = ""
+    # Help and quit come first in every footer, so a narrow pane never hides them.
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("question_mark", "app.help", "Help", key_display="?"),
+        Binding("q", "app.quit", "Quit"),
+    ]
     _unsubscribe: Callable[[], None] | None = None
 
     @property
@@ -36,7 +42,7 @@ class BaseScreen(Screen):
     def compose(self) -> ComposeResult:
         yield TopBar(id="topbar")
         yield from self.compose_body()
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def compose_body(self) -> ComposeResult:
         yield from ()

@@ -44,8 +44,8 @@ def short_gpu(name: str) -> str:
 class HomeScreen(BaseScreen):
     TITLE = "Instances"
     BINDINGS = [
-        Binding("e", "extend", "Extend 1h"),
-        Binding("t", "timer", "Timer…"),
+        Binding("e", "extend", "+1h"),
+        Binding("t", "timer", "Timer"),
         Binding("r", "release", "Release"),
         Binding("a", "add_host", "Add host"),
         Binding("enter", "monitor", "Monitor", show=False),
