@@ -25,7 +25,7 @@ from gputui.ui.widgets import TopBar, size_note
 # Screens are imported when first shown, so the first frame does not wait for all of them.
 SCREENS: list[tuple[str, str, str, str, str]] = [
     ("home", "h", "Home", "gputui.ui.home:HomeScreen", "Instances, release countdowns and costs"),
-    ("catalog", "g", "Catalog", "gputui.ui.pending:CatalogScreen", "Compare GPUs, check a model fits"),
+    ("catalog", "g", "Catalog", "gputui.ui.catalog:CatalogScreen", "Compare GPUs, check a model fits"),
     ("create", "n", "New", "gputui.ui.create:CreateScreen", "Rent an instance with a release timer"),
     ("monitor", "m", "Monitor", "gputui.ui.monitor:MonitorScreen", "Live GPU telemetry over SSH"),
     ("ollama", "o", "Ollama", "gputui.ui.ollama:OllamaScreen", "Ollama models and GPU selection"),

@@ -152,7 +152,7 @@ async def test_deadline_releases_with_warnings_first(services: Services):
     await leases.tick(deadline - timedelta(minutes=9))
     await leases.tick(deadline - timedelta(minutes=8))
     assert [n.text for n in notices if n.bell] == [
-        "job will be released in 9 min — press e on Home to extend 1 h"]
+        "job will be released in 9 min — on Home, e extends 1 h, E 30 min"]
     await leases.tick(deadline - timedelta(seconds=30))
     assert sum(1 for n in notices if "in 1 min" in n.text) == 1
     result = await leases.tick(deadline + timedelta(seconds=1))

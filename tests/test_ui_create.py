@@ -65,6 +65,12 @@ async def test_create_shows_cost_then_rents_with_a_timer(gputui_home: Path):
         await app.workers.wait_for_complete()
         assert app.store.get_lease_sync(inst.id).remaining() > 2.4 * 3600
 
+        # E extends by 30 minutes
+        before = app.store.get_lease_sync(inst.id).release_at
+        await pilot.press("E")
+        await app.workers.wait_for_complete()
+        assert app.store.get_lease_sync(inst.id).release_at - before == timedelta(minutes=30)
+
         # t sets a new time
         await pilot.press("t")
         await pilot.pause()

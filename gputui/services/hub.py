@@ -73,6 +73,17 @@ class Services:
         if config.providers.sandbox.enabled:
             self.providers["sandbox"] = SandboxProvider(ctx, boot_seconds=sandbox_boot_seconds)
         self.providers["ssh"] = SshProvider(ctx)
+        from gputui.providers.lambda_cloud import LambdaProvider, lambda_enabled
+
+        if lambda_enabled(config):  # [providers.lambda] enabled = true, or LAMBDA_API_KEY set
+            try:
+                lambda_provider = LambdaProvider(ctx)
+            except ProviderError as exc:  # e.g. a malformed base_url
+                store.notify(str(exc), "error")
+            else:
+                self.providers["lambda"] = lambda_provider
+                for warning in lambda_provider.warnings:  # e.g. config.toml not 0600
+                    store.notify(warning, "warning")
 
     @cached_property
     def known_hosts(self) -> KnownHosts:
@@ -105,13 +116,14 @@ class Services:
 
     async def find_offer(self, provider: str, gpu: str) -> Offer:
         """Match a typed GPU name loosely against the provider's offers (the design's rule)."""
-        from gputui.catalog.match import match_gpu
+        from gputui.catalog.match import catalog_aliases, match_gpu
 
         offers = await self.offers(provider)
         if not offers:
             raise ServiceError(f"{provider}: no offers")
+        names = [o.gpu for o in offers]
         try:
-            name = match_gpu(gpu, [o.gpu for o in offers])
+            name = match_gpu(gpu, names, aliases=catalog_aliases(names))
         except ValueError as exc:
             raise ServiceError(str(exc)) from None
         return next(o for o in offers if o.gpu == name)

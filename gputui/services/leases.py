@@ -249,7 +249,7 @@ class LeaseService:
                     update={"warned": sorted({*le.warned, m})}))
                 mins = max(1, math.ceil(left / 60))
                 self.store.notify(
-                    f"{inst.name} will be released in {mins} min — press e on Home to extend 1 h",
+                    f"{inst.name} will be released in {mins} min — on Home, e extends 1 h, E 30 min",
                     "warning", bell=True, instance_id=inst.id)
                 result.warned.append(inst.name)
                 break

@@ -169,19 +169,29 @@ class CreateScreen(BaseScreen):
             for o in self.offers
         ])
         if self._preselect:
-            self.preselect(self._preselect)
+            self.call_after_refresh(self.preselect, self._preselect)
         self.update_summary()
 
     _preselect: str | None = None
 
     def preselect(self, gpu_name: str) -> None:
-        """Open with a card chosen (from the catalog)."""
+        """Open with a card chosen (from the catalog); applied once the offers are in."""
+        from gputui.catalog.match import catalog_aliases, match_gpu
+
         self._preselect = gpu_name
-        for offer in self.offers:
-            if offer.gpu == gpu_name:
-                self.query_one("#offer", Select).value = offer.offer_id
-                self._preselect = None
-                return
+        if not self.offers:
+            return
+        names = [o.gpu for o in self.offers]
+        try:
+            name = match_gpu(gpu_name, names, aliases=catalog_aliases(names))
+        except ValueError:
+            self._preselect = None
+            self.query_one("#error", Static).update(
+                f"{escape(gpu_name)} is not offered by this provider")
+            return
+        offer = next(o for o in self.offers if o.gpu == name)
+        self.query_one("#offer", Select).value = offer.offer_id
+        self._preselect = None
 
     def selected_offer(self) -> Offer | None:
         value = self.query_one("#offer", Select).value

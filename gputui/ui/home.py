@@ -44,7 +44,8 @@ def short_gpu(name: str) -> str:
 class HomeScreen(BaseScreen):
     TITLE = "Instances"
     BINDINGS = [
-        Binding("e", "extend", "+1h"),
+        Binding("e", "extend(60)", "+1h"),
+        Binding("E", "extend(30)", "+30m", show=False),
         Binding("t", "timer", "Timer"),
         Binding("r", "release", "Release"),
         Binding("a", "add_host", "Add host"),
@@ -138,10 +139,10 @@ class HomeScreen(BaseScreen):
             self.notify("No instance selected.", severity="warning")
         return inst
 
-    def action_extend(self) -> None:
+    def action_extend(self, minutes: int = 60) -> None:
         inst = self._selected_or_say()
         if inst is not None:
-            self.extend(inst, timedelta(hours=1))
+            self.extend(inst, timedelta(minutes=minutes))
 
     @work(group="lease", exit_on_error=False)
     async def extend(self, inst: Instance, by: timedelta) -> None:
