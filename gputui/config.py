@@ -123,7 +123,10 @@ class ProviderSettings(_Section):
 
 
 class PriceOverride(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    """A `[[prices]]` row. The catalog checks the rest of its fields (package, gpu_counts,
+    region, note, ...) when it applies the row, and names a bad one."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
     provider: str
     gpu: str
     price_per_gpu_hour: Decimal = Field(ge=0)
