@@ -28,3 +28,17 @@ def run_gputui_env(home: Path) -> dict[str, str]:
 
 
 GPUTUI = [sys.executable, "-m", "gputui"]
+FAST_LINKS = {"connect_timeout": 5.0, "backoff_initial": 0.05, "backoff_max": 0.2}
+
+
+@pytest.fixture
+async def services(gputui_home: Path):
+    """The services hub over this test's own state, with an instantly booting sandbox."""
+    from gputui.config import Config
+    from gputui.services.hub import Services
+    from gputui.store import SessionStore
+
+    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
+                   sandbox_boot_seconds=0, link_options=dict(FAST_LINKS))
+    yield svc
+    await svc.close()

@@ -11,8 +11,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
-
 from gputui.config import BudgetSettings, Config
 from gputui.models import (
     BillingRule,
@@ -116,12 +114,6 @@ def test_grouping_and_export_shapes():
     assert parsed[0]["total"] == "3.60" and parsed[2]["accrued"] == "3.60"
 
 
-@pytest.fixture
-async def services(gputui_home: Path):
-    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
-                   sandbox_boot_seconds=0)
-    yield svc
-    await svc.close()
 
 
 async def test_meter_and_ledger_agree_with_the_sandbox_to_the_cent(services: Services):

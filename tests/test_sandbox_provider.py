@@ -17,15 +17,6 @@ from gputui.services.leases import LeaseService
 from gputui.store import Notice, SessionStore
 
 
-@pytest.fixture
-async def services(gputui_home: Path):
-    store = SessionStore(gputui_home / "state.db")
-    svc = Services(store, Config(), state_dir=gputui_home, sandbox_boot_seconds=0,
-                   link_options={"connect_timeout": 5.0, "backoff_initial": 0.05, "backoff_max": 0.2})
-    yield svc
-    await svc.close()
-
-
 async def rent(svc: Services, gpu: str = "RTX 4090", count: int = 2, lease: Lease | None = None):
     offer = await svc.find_offer("sandbox", gpu)
     req = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name="job")

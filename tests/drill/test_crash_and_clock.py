@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from gputui.config import Config
 from gputui.models import InstanceStatus, Lease, utcnow
 from gputui.providers.base import CreateRequest
 from gputui.services.hub import Services
@@ -22,14 +21,6 @@ from gputui.services.leases import LeaseService
 from gputui.store import SessionStore, StateError
 
 from ..conftest import GPUTUI, REPO, run_gputui_env
-
-
-@pytest.fixture
-async def services(gputui_home: Path):
-    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
-                   sandbox_boot_seconds=0)
-    yield svc
-    await svc.close()
 
 
 def test_sigkill_during_create_leaves_nothing_unlisted(gputui_home: Path):

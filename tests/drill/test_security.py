@@ -11,25 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from gputui.config import Config, ConfigError, load_config
+from gputui.config import ConfigError, load_config
 from gputui.models import Granularity
 from gputui.providers.base import CreateRequest
 from gputui.remote.sshline import parse_ssh_line
 from gputui.services.hosts import add_ssh_host
 from gputui.services.hub import ServiceError, Services
-from gputui.store import SessionStore
 
 from ..conftest import GPUTUI, run_gputui_env
 
 SECRET = "hunter2-Pa55w0rd!"
 
 
-@pytest.fixture
-async def services(gputui_home: Path):
-    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
-                   sandbox_boot_seconds=0)
-    yield svc
-    await svc.close()
 
 
 def everything_on_disk(home: Path) -> bytes:
