@@ -267,7 +267,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     async def body(services) -> int:
         offer = await services.find_offer(args.provider, args.gpu)
         try:
-            request = CreateRequest(offer_id=offer.offer_id, gpu_count=args.count,
+            request = CreateRequest(offer_id=offer.offer_id, gpu_count=offer.gpu_count if args.count is None else args.count,
                                     name=args.name or _default_name(offer.gpu),
                                     disk_gb=args.disk, image=args.image)
         except ValidationError as exc:
@@ -553,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("create", help="rent an instance")
     s.add_argument("--provider", default="sandbox", help="provider (default: sandbox)")
     s.add_argument("--gpu", required=True, help="GPU model, matched loosely (e.g. 4090, 'H100 SXM')")
-    s.add_argument("--count", type=int, default=1, help="number of GPUs (default 1)")
+    s.add_argument("--count", type=int, help="number of GPUs (default: the offer's size, often 1)")
     s.add_argument("--name", help="task label (default: from the GPU)")
     s.add_argument("--disk", type=float, default=50, help="disk in GB (default 50)")
     s.add_argument("--image", help="image, where the provider has images")

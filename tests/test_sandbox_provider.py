@@ -222,3 +222,24 @@ async def test_release_interrupted_by_a_crash_is_finished_at_next_start(services
     assert ended.status == InstanceStatus.RELEASED and ended.end_reason == "timer"
     [entry] = services.store.ledger_sync()
     assert entry.total == provider.read_record(inst.id).billed()
+
+
+async def test_console_idle_check_releases_from_live_telemetry(services: Services):
+    """The idle layer that also covers providers where a power-off does not stop billing."""
+    from gputui.models import GpuSample
+
+    lease_rule = {"idle_util_pct": 5.0, "idle_minutes": 10}
+    idle = await rent(services, count=2, lease=Lease(instance_id="x", **lease_rule))
+    busy = await rent(services, count=2, lease=Lease(instance_id="y", **lease_rule))
+    leases = LeaseService(services)
+    start = utcnow()
+    for minute in range(0, 12):
+        services.store.add_samples(idle.id, [GpuSample(index=0, utilization_gpu=1),
+                                             GpuSample(index=1, utilization_gpu=3)])
+        services.store.add_samples(busy.id, [GpuSample(index=0, utilization_gpu=0),
+                                             GpuSample(index=1, utilization_gpu=97 if minute == 6 else 0)])
+        result = await leases.tick(start + timedelta(minutes=minute))
+        if minute < 10:
+            assert result.released == []
+    assert services.store.get_instance_sync(idle.id).end_reason == "idle"
+    assert services.store.get_instance_sync(busy.id).status == InstanceStatus.RUNNING

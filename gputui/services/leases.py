@@ -81,6 +81,7 @@ class LeaseService:
         from gputui.services.costs import BudgetWatch
 
         self.budget_watch = BudgetWatch()
+        self._idle_since: dict[str, datetime] = {}
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -231,6 +232,8 @@ class LeaseService:
             return inst.end_reason or "manual"  # a release interrupted (crash): finish it
         if lease.release_at is not None and lease.release_at <= now:
             return "timer"
+        if self._idle_long_enough(inst, lease, now):
+            return "idle"
         if inst.status == InstanceStatus.STOPPED:
             # Powered off on the instance (its timer or the idle watchdog): finish the release.
             if lease.release_at is not None and inst.stopped_at and inst.stopped_at >= lease.release_at - timedelta(minutes=1):
@@ -238,6 +241,25 @@ class LeaseService:
             if lease.idle_minutes:
                 return "idle"
         return None
+
+    def _idle_long_enough(self, inst: Instance, lease: Lease, now: datetime) -> bool:
+        """The console's own idle check, from the live telemetry: it is the idle layer where a
+        power-off does not stop the billing (Lambda), and a second one everywhere else. Missing
+        or stale readings are not idleness."""
+        if lease.idle_util_pct is None or not lease.idle_minutes or inst.status != InstanceStatus.RUNNING:
+            return False
+        import time
+
+        tel = self.store.telemetry(inst.id)
+        latest = tel.latest()
+        fresh = tel.updated is not None and time.monotonic() - tel.updated < 30
+        idle = fresh and bool(latest) and all(
+            s.utilization_gpu is not None and s.utilization_gpu < lease.idle_util_pct for s in latest)
+        if not idle:
+            self._idle_since.pop(inst.id, None)
+            return False
+        since = self._idle_since.setdefault(inst.id, now)
+        return (now - since).total_seconds() >= lease.idle_minutes * 60
 
     async def _warn(self, inst: Instance, lease: Lease, now: datetime, result: ReapResult) -> None:
         left = lease.remaining(now)

@@ -200,6 +200,11 @@ class CreateScreen(BaseScreen):
     @on(Select.Changed, "#offer")
     def offer_changed(self) -> None:
         offer = self.selected_offer()
+        if offer is not None:
+            counts = sorted({*COUNTS, offer.gpu_count})
+            count = self.query_one("#count", Select)
+            count.set_options([(str(c), c) for c in counts])
+            count.value = offer.gpu_count  # the offer's own size (Lambda sells fixed sizes)
         image = self.query_one("#image", Select)
         images = offer.images if offer else []
         image.set_options([(i, i) for i in images])
