@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+
+if TYPE_CHECKING:
+    from gputui.services.telemetry import TelemetryService
 
 from gputui.config import Config, config_dir, ensure_state_dir, set_theme, state_path
 from gputui.models import Instance, utcnow
@@ -74,9 +79,6 @@ class GpuTuiApp(App[int]):
         self.store = store
         self.services = services or Services(store, self.config)
         self.leases = LeaseService(self.services)
-        from gputui.services.telemetry import TelemetryService
-
-        self.telemetry = TelemetryService(self.services, self.store)
         self.focus_instance: str | None = None  # set by Home's Enter, read by the Monitor
         self._background = background  # tests of pure layout turn the lease clock off
         self._remember_theme = remember_theme
@@ -127,8 +129,16 @@ class GpuTuiApp(App[int]):
             ticks += 1
             await asyncio.sleep(1.0)
 
+    @cached_property
+    def telemetry(self) -> TelemetryService:
+        """The live GPU streams (made when first needed: no instance, no cost at start-up)."""
+        from gputui.services.telemetry import TelemetryService
+
+        return TelemetryService(self.services, self.store)
+
     async def on_unmount(self) -> None:
-        await self.telemetry.close()
+        if "telemetry" in self.__dict__:
+            await self.telemetry.close()
         await self.services.close()
 
     def _save_theme(self, name: str) -> None:
@@ -149,7 +159,7 @@ class GpuTuiApp(App[int]):
 
     def _reload_live(self) -> None:
         self._live = self.store.instances_sync(live_only=True)
-        if self._background:
+        if self._background and (self._live or "telemetry" in self.__dict__):
             self.telemetry.sync(self._live)  # starts and stops the instances' streams
 
     # -- the meter ------------------------------------------------------------------------------

@@ -147,6 +147,21 @@ class Config(_Section):
     prices: list[PriceOverride] = Field(default_factory=list)
 
 
+def default_config() -> Config:
+    """The defaults, built without running validators (they are known good): a command that
+    finds no config file pays nothing for it."""
+    return Config.model_construct(
+        ui=UISettings.model_construct(),
+        lease=LeaseSettings.model_construct(),
+        budget=BudgetSettings.model_construct(),
+        providers=ProviderSettings.model_construct(
+            sandbox=SandboxSettings.model_construct(),
+            lambda_cloud=LambdaSettings.model_construct(),
+        ),
+        prices=[],
+    )
+
+
 def _where(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
     for item in loc:
@@ -163,7 +178,7 @@ def load_config(path: Path | None = None) -> Config:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return Config.model_construct()  # the defaults, which need no validating
+        return default_config()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:

@@ -87,3 +87,7 @@ def test_durations(text: str, delta: timedelta):
 def test_bad_durations(text: str):
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_defaults_without_a_file_equal_the_validated_defaults(tmp_path: Path):
+    assert load_config(tmp_path / "absent.toml").model_dump() == Config().model_dump()

@@ -21,13 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 FIRST_FRAME = """
 from gputui.app import GpuTuiApp
-from gputui.config import Config
+from gputui.config import load_config
 
 async def auto(pilot):
     await pilot.pause()
     pilot.app.exit()
 
-GpuTuiApp(config=Config(), background=False, remember_theme=False).run(headless=True, auto_pilot=auto)
+# the console as `gputui` starts it (the lease clock off: it is not part of drawing a frame)
+GpuTuiApp(config=load_config(), background=False).run(headless=True, auto_pilot=auto)
 """
 
 CASES = {
