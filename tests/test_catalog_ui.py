@@ -517,3 +517,23 @@ def test_compare_snapshot(snap_compare, gputui_home: Path, utc_clock):
 
 def test_fit_snapshot(snap_compare, gputui_home: Path, utc_clock):
     assert snap_compare(_snap_app(gputui_home), terminal_size=(80, 24), press=["g", "3"])
+
+
+async def test_providers_publish_their_offers_into_the_table(gputui_home):
+    """The sandbox's list prices join the table as its own rows, never as 'the lowest'."""
+    from gputui.app import GpuTuiApp
+    from gputui.catalog.prices import lowest_price
+    from gputui.config import Config
+    from gputui.store import SessionStore
+
+    app = GpuTuiApp(config=Config(), store=SessionStore(gputui_home / "state.db"),
+                    background=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("g")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        sandbox_rows = [r for r in screen.rows if r.provider == "sandbox"]
+        assert len(sandbox_rows) == 21 and all(r.simulated for r in sandbox_rows)
+        lowest = lowest_price("rtx_4090", screen.rows)
+        assert lowest is not None and lowest.provider != "sandbox"

@@ -80,6 +80,11 @@ class PriceRow(BaseModel):
         return self
 
     @property
+    def simulated(self) -> bool:
+        """The sandbox's list prices: shown beside the others, never taken as the lowest."""
+        return self.tier.lower() == "simulated"
+
+    @property
     def is_spot(self) -> bool:
         return (
             self.package == "spot"
@@ -300,7 +305,9 @@ def cheapest_quote(
 ) -> Quote | None:
     """The cheapest way to get `count` GPUs of `card` in one instance, or None if unpriced."""
     quotes = [
-        quote(r, count) for r in rows_for(card, rows, currency) if include_spot or not r.is_spot
+        quote(r, count)
+        for r in rows_for(card, rows, currency)
+        if (include_spot or not r.is_spot) and not r.simulated
     ]
     if not quotes:
         return None
@@ -311,7 +318,8 @@ def lowest_price(
     card: str, rows: Iterable[PriceRow], currency: str = "USD", include_spot: bool = True
 ) -> PriceRow | None:
     """The row with the lowest per-GPU-hour price for `card` (any instance size)."""
-    candidates = [r for r in rows_for(card, rows, currency) if include_spot or not r.is_spot]
+    candidates = [r for r in rows_for(card, rows, currency)
+                  if (include_spot or not r.is_spot) and not r.simulated]
     if not candidates:
         return None
     return min(candidates, key=lambda r: (r.price_per_gpu_hour, r.provider, r.tier))

@@ -40,6 +40,7 @@ from gputui.catalog import (
 )
 from gputui.catalog.fit import FitEstimate, FitOption
 from gputui.catalog.jobcost import BreakEven, JobCost
+from gputui.models import Offer
 
 PRICE_NOTE = "reference prices with their date, not live quotes"
 INTERCONNECTS = ("nvlink", "pcie")
@@ -344,6 +345,33 @@ class Filters:
 def architectures(specs: Mapping[str, GpuSpec] | None = None) -> list[str]:
     specs = load_specs() if specs is None else specs
     return sorted({architecture_family(s) for s in specs.values()})
+
+
+def offer_price_rows(offers: Iterable[Offer], today: str) -> list[PriceRow]:
+    """A provider's own offers as price rows of the catalog table (what it sells now; sold-out
+    offers and GPUs the catalog does not know are left out)."""
+    from gputui.catalog.match import card_for_reported_name, match_card
+
+    out: list[PriceRow] = []
+    for o in offers:
+        if not o.available:
+            continue
+        card = card_for_reported_name(o.gpu)
+        if card is None:
+            try:
+                card = match_card(o.gpu)
+            except CatalogError:
+                continue
+        out.append(PriceRow(
+            provider=o.provider, tier=o.tier or "on-demand", gpu=card.key,
+            price_per_gpu_hour=o.price_per_gpu_hour, gpu_counts=(o.gpu_count,),
+            currency=o.billing.currency, granularity=o.billing.granularity,
+            minimum_seconds=o.billing.minimum_seconds,
+            storage_per_gb_month=o.billing.storage_per_gb_month or None,
+            package=o.billing.package, region=o.region, as_of=o.as_of or today,
+            source=o.source or f"{o.provider} offers ({today})",
+        ))
+    return out
 
 
 def providers(rows: Iterable[PriceRow]) -> list[str]:

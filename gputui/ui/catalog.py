@@ -362,6 +362,29 @@ class CatalogScreen(BaseScreen):
         self.update_fit()
         self.update_cost()
         self.query_one("#cards", DataTable).focus()
+        self.load_provider_offers()
+
+    @work(exclusive=True, group="offers", exit_on_error=False)
+    async def load_provider_offers(self) -> None:
+        """Providers publish their own offers into the same table (the sandbox's list prices,
+        a real cloud's live ones); a provider that cannot answer is said once, not fatal."""
+        from gputui.models import utcnow
+
+        today = utcnow().date().isoformat()
+        extra: list[PriceRow] = []
+        for name, provider in self.gapp.services.providers.items():
+            try:
+                offers = await provider.offers()
+            except Exception as exc:  # a cloud that is down or refuses the key
+                self.notify(f"{name}: offers unavailable: {exc}", severity="warning")
+                continue
+            extra.extend(svc.offer_price_rows(offers, today))
+        if not extra:
+            return
+        self.rows = [*self._load_rows(), *extra]
+        self.query_one("#f-provider", Select).set_options(
+            [(p, p) for p in svc.providers(self.rows)])
+        self.refresh_cards()
 
     # -- cards ----------------------------------------------------------------------------------
 
