@@ -175,8 +175,12 @@ class GpuTuiApp(App[int]):
     def refresh_meter(self, screen: Screen | None = None) -> None:
         if screen is None:
             try:
-                screen = self.screen
+                stack = self.screen_stack
             except ScreenStackError:  # between two modes: the next tick draws it
+                return
+            # under a dialog, the screen beneath still shows its bar: keep it ticking
+            screen = next((s for s in reversed(stack) if isinstance(s, BaseScreen)), None)
+            if screen is None:
                 return
         try:
             bar = screen.query_one(TopBar)
@@ -230,5 +234,9 @@ class GpuTuiApp(App[int]):
             if name.startswith("gputui"):
                 yield SystemCommand(f"Theme: {name}", "Switch theme (remembered)",
                                     lambda n=name: setattr(self, "theme", n))
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            # Textual's own theme picker offers themes that are not readable in 16 colours;
+            # gputui's themes are listed above.
+            if not command.title.lower().startswith("theme"):
+                yield command
 

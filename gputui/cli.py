@@ -6,9 +6,11 @@ Imports are lazy: `gputui --help` and `gputui instances --json` load neither Tex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from gputui import __version__
 
@@ -235,7 +237,7 @@ def _run_async(args: argparse.Namespace, body) -> int:
     """Run `body(services)` on a fresh loop; always close links and servers afterwards."""
     import asyncio
 
-    from gputui.services.hub import ServiceError
+    from gputui.services.hub import InvalidRequest, ServiceError
 
     async def main() -> int:
         from gputui.store import Notice
@@ -249,6 +251,8 @@ def _run_async(args: argparse.Namespace, body) -> int:
         services.store.subscribe(show)
         try:
             return await body(services)
+        except InvalidRequest as exc:
+            raise CommandError(str(exc), EXIT_BAD_INPUT) from None
         except ServiceError as exc:
             raise CommandError(str(exc)) from None
         finally:
@@ -272,8 +276,9 @@ def cmd_create(args: argparse.Namespace) -> int:
                                     disk_gb=args.disk, image=args.image)
         except ValidationError as exc:
             err = exc.errors()[0]
-            raise CommandError(f"--{err['loc'][0]}: {err['msg']}".replace("_", "-"),
-                               EXIT_BAD_INPUT) from None
+            flag = {"gpu_count": "--count", "disk_gb": "--disk", "name": "--name"}.get(
+                str(err["loc"][0]), f"--{err['loc'][0]}")
+            raise CommandError(f"{flag}: {err['msg'].lower()}", EXIT_BAD_INPUT) from None
         lease = _lease_from_args(args, services)
         progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr))
         inst = await services.create(args.provider, offer, request, lease=lease, progress=progress)
@@ -535,8 +540,15 @@ def _run_console(args: argparse.Namespace) -> int:
 # --- parser -----------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit code 2), like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="gputui",
         description="A keyboard-driven console for rented GPUs: choose a card, rent it with a "
         "release timer, watch its GPUs, manage Ollama models and see what it costs. "
@@ -688,6 +700,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `gputui ... | head`: the reader has all it wanted
+        import os
+
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # a bug: one line for the user, the traceback in a log file
         log = _log_crash()
         print(f"gputui: internal error: {type(exc).__name__}: {exc} (details in {log})",

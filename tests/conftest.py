@@ -14,10 +14,17 @@ FIXTURES = SHARED / "fixtures" / "nvidia-smi"
 
 
 @pytest.fixture(autouse=True)
-def gputui_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def gputui_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path / "gputui-home"
     monkeypatch.setenv("GPUTUI_HOME", str(home))
-    return home
+    yield home
+    # Sandbox instances a test left running: power them off, as their folders are going.
+    instances = home / "sandbox" / "instances"
+    if instances.is_dir():
+        from gputui.providers.sandbox import kill_instance_processes
+
+        for root in instances.iterdir():
+            kill_instance_processes(root, grace_s=0.5)
 
 
 def run_gputui_env(home: Path) -> dict[str, str]:

@@ -446,6 +446,29 @@ async def test_n_from_the_fit_results_rents_that_card(gputui_home: Path):
         assert create.selected_offer().gpu == load_specs()[screen.fit_answer.fitting[0].card].name
 
 
+async def test_n_from_a_multi_gpu_fit_brings_the_gpu_count(gputui_home: Path):
+    from textual.widgets import Select
+
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        model = screen.query_one("#fit-model", Select)
+        model.value = "llama-3.1-70b"
+        await pilot.pause(0.3)
+        first = screen.fit_answer.fitting[0]
+        assert first.count > 1
+        await pilot.press("escape", "n")
+        create = app.screen
+        assert isinstance(create, CreateScreen)
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if create.query_one("#count", Select).value == first.count:
+                break
+        assert create.query_one("#count", Select).value == first.count
+
+
 async def test_keys_are_hidden_where_they_do_nothing(gputui_home: Path):
     app = make_app(gputui_home)
     async with app.run_test(size=(80, 24)) as pilot:

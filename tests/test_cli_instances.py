@@ -53,9 +53,13 @@ def test_no_timer_needs_confirmation(gputui_home: Path):
 
 def test_bad_input_is_one_line_with_exit_code(gputui_home: Path):
     cases = [
-        (["create", "--gpu", "A100"], 1, "ambiguous"),
+        (["create", "--gpu", "A100"], 2, "ambiguous"),
+        (["create", "--gpu", "RTX 9999"], 2, "unknown GPU"),
+        (["create", "--provider", "nope", "--gpu", "RTX 4090"], 2, "unknown or disabled provider"),
+        (["create", "--gpu", "RTX 4090", "--disk", "0"], 2, "--disk"),
+        (["catalog", "--min-vram", "abc"], 2, "--min-vram"),
         (["create", "--gpu", "RTX 4090", "--release-after", "soon"], 2, "--release-after"),
-        (["create", "--gpu", "RTX 4090", "--count", "0"], 2, "--gpu-count"),
+        (["create", "--gpu", "RTX 4090", "--count", "0"], 2, "--count"),
         (["create", "--gpu", "RTX 4090", "--release-at", "25:99"], 2, "--release-at"),
         (["add-ssh", "ssh -p notaport root@host", "--price", "1"], 2, "ssh line"),
         (["add-ssh", "ssh root@host", "--price", "free"], 2, "--price"),
@@ -67,6 +71,25 @@ def test_bad_input_is_one_line_with_exit_code(gputui_home: Path):
         assert out.returncode == code, (args, out.stderr)
         assert text in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
         assert out.stderr.strip().count("\n") == 0, (args, out.stderr)
+
+
+def test_names_are_unique_among_running_instances(gputui_home: Path):
+    first = gputui(gputui_home, "create", "--gpu", "RTX 4090", "--name", "same")
+    assert first.returncode == 0, first.stderr
+    second = gputui(gputui_home, "create", "--gpu", "RTX 3090", "--name", "same")
+    assert second.returncode == 2 and "running already" in second.stderr
+    assert [i["name"] for i in json.loads(gputui(gputui_home, "instances", "--json").stdout)] == ["same"]
+    assert gputui(gputui_home, "release", "same").returncode == 0
+    assert gputui(gputui_home, "create", "--gpu", "RTX 3090", "--name", "same").returncode == 0
+
+
+def test_output_into_a_closed_pipe_is_not_an_error(gputui_home: Path):
+    import sys
+
+    script = f"{sys.executable} -m gputui catalog | head -1 >/dev/null; echo ${{PIPESTATUS[0]}}"
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                         env=run_gputui_env(gputui_home), timeout=60)
+    assert out.stdout.strip() == "0" and "internal error" not in out.stderr
 
 
 def test_reap_releases_overdue_instances_headless(gputui_home: Path):

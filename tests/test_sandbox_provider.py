@@ -17,9 +17,10 @@ from gputui.services.leases import LeaseService
 from gputui.store import Notice, SessionStore
 
 
-async def rent(svc: Services, gpu: str = "RTX 4090", count: int = 2, lease: Lease | None = None):
+async def rent(svc: Services, gpu: str = "RTX 4090", count: int = 2, lease: Lease | None = None,
+               name: str = "job"):
     offer = await svc.find_offer("sandbox", gpu)
-    req = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name="job")
+    req = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=_free_name(svc, name))
     return await svc.create("sandbox", offer, req, lease=lease)
 
 
@@ -200,7 +201,7 @@ async def test_idle_release_fires_when_idle_and_not_under_load(services: Service
     await services.run(busy, "nohup gpu-load --gpus 0 --mem 1G --util 80 --seconds 60 "
                              ">/dev/null 2>&1 &")
     idle = await rent(services, count=1, lease=Lease(instance_id="y", idle_util_pct=10,
-                                                      idle_minutes=0.05))
+                                                      idle_minutes=0.05), name="idle")
     for inst in (busy, idle):
         assert (await leases.arm(inst)).on_instance_armed is False  # no timer: layer 1 is idle-only
     await asyncio.sleep(5.5)  # 3 idle checks of 1 s, plus slack
@@ -230,7 +231,7 @@ async def test_console_idle_check_releases_from_live_telemetry(services: Service
 
     lease_rule = {"idle_util_pct": 5.0, "idle_minutes": 10}
     idle = await rent(services, count=2, lease=Lease(instance_id="x", **lease_rule))
-    busy = await rent(services, count=2, lease=Lease(instance_id="y", **lease_rule))
+    busy = await rent(services, count=2, lease=Lease(instance_id="y", **lease_rule), name="busy")
     leases = LeaseService(services)
     start = utcnow()
     for minute in range(0, 12):
@@ -243,3 +244,13 @@ async def test_console_idle_check_releases_from_live_telemetry(services: Service
             assert result.released == []
     assert services.store.get_instance_sync(idle.id).end_reason == "idle"
     assert services.store.get_instance_sync(busy.id).status == InstanceStatus.RUNNING
+
+
+def _free_name(hub: Services, base: str) -> str:
+    """Instance names are unique among running instances: number the second and later ones."""
+    taken = {i.name for i in hub.store.instances_sync(live_only=True)}
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}"
+    return name

@@ -123,7 +123,7 @@ async def test_home_lists_instances_and_meter(gputui_home: Path):
         assert table.get_cell("a", "cost") == "$0.80"
         assert not app.screen.query_one("#hint").display
         bar = app.screen.query_one(TopBar)
-        assert "1 billing $0.80/h" in str(bar.render())
+        assert "1 live $0.80/h" in str(bar.render())
         # a change made by a service appears without a reload
         app.store.put_instance_sync(_instance("b", "second"))
         await pilot.pause()

@@ -34,7 +34,7 @@ class CreateRequest(BaseModel):
     gpu_count: int = Field(default=1, ge=1, le=64)
     name: str = Field(min_length=1, max_length=64)
     image: str | None = None
-    disk_gb: float = Field(default=50, ge=0, le=100_000)
+    disk_gb: float = Field(default=50, ge=1, le=100_000)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,41 @@ class PlatformRecord:
         return money(compute + storage)
 
 
+def kill_instance_processes(root: Path, grace_s: float = 1.0) -> list[int]:
+    """Power off for real: every process running in the instance's folder goes (what a
+    machine's power-off does to everything on it, nohup'd jobs and watchdogs included)."""
+    import os
+    import signal
+    import time
+
+    root_s = str(Path(root).resolve())
+
+    def inside() -> list[int]:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
+            except OSError:
+                continue
+            if cwd == root_s or cwd.startswith(root_s + "/"):
+                pids.append(int(entry.name))
+        return pids
+
+    found = inside()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and inside():
+            time.sleep(0.05)
+        if not inside():
+            break
+    return found
+
+
 def _gpu_smi_name(spec: Any) -> str:
     """The name as nvidia-smi prints it: a known alias starting with NVIDIA, else NVIDIA + name."""
     for alias in spec.aliases:
@@ -283,6 +318,8 @@ class SandboxProvider:
                 rec.periods[-1][1] = power.at.isoformat()
                 self._write_record(rec)
                 await self._stop_server(instance.id)
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(kill_instance_processes, self.instance_root(instance.id))
         return self._apply_record(instance, rec)
 
     def _apply_record(self, instance: Instance, rec: PlatformRecord) -> Instance:
@@ -339,6 +376,8 @@ class SandboxProvider:
         await self._stop_server(rec.id)
         with contextlib.suppress(Exception):
             await asyncio.to_thread(kill_processes, root)
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(kill_instance_processes, root)
         with contextlib.suppress(OSError):
             await asyncio.to_thread(shutil.rmtree, root)
         (self.root / "platform" / f"{rec.id}.release_at").unlink(missing_ok=True)

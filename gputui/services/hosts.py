@@ -38,6 +38,7 @@ async def add_ssh_host(
     from gputui.remote.nvsmi import parse_gpu_list
     from gputui.remote.ssh import Link, SSHLayerError
 
+    services.check_name_free(name or endpoint.host)
     options = {"config": None, "connect_timeout": 10.0}
     link = Link(endpoint, known_hosts=services.known_hosts, accept_new_host_key=accept_new_host_key,
                 password=password, **options)

@@ -44,6 +44,10 @@ class ServiceError(Exception):
     """A one-line message for the user."""
 
 
+class InvalidRequest(ServiceError):
+    """The request itself is wrong (unknown GPU or provider, a name in use): bad input."""
+
+
 def new_instance_id() -> str:
     return uuid.uuid4().hex[:10]
 
@@ -106,7 +110,7 @@ class Services:
             return self.providers[name]
         except KeyError:
             known = ", ".join(sorted(self.providers))
-            raise ServiceError(f"unknown or disabled provider {name!r} (available: {known})") from None
+            raise InvalidRequest(f"unknown or disabled provider {name!r} (available: {known})") from None
 
     async def offers(self, provider: str) -> list[Offer]:
         try:
@@ -125,7 +129,7 @@ class Services:
         try:
             name = match_gpu(gpu, names, aliases=catalog_aliases(names))
         except ValueError as exc:
-            raise ServiceError(str(exc)) from None
+            raise InvalidRequest(str(exc)) from None
         return next(o for o in offers if o.gpu == name)
 
     # -- create -------------------------------------------------------------------------------------
@@ -146,6 +150,7 @@ class Services:
         """
         say = progress or (lambda _m: None)
         provider = self.provider(provider_name)
+        self.check_name_free(request.name)
         inst = Instance(
             id=new_instance_id(), name=request.name, provider=provider_name,
             offer_id=offer.offer_id, gpu=offer.gpu, gpu_count=request.gpu_count,
@@ -175,6 +180,11 @@ class Services:
         await self.store.put_instance(inst)
         say("running")
         return inst
+
+    def check_name_free(self, name: str) -> None:
+        """Names are how people and scripts refer to instances: two live ones may not share one."""
+        if any(i.name == name for i in self.store.instances_sync(live_only=True)):
+            raise InvalidRequest(f"an instance named {name!r} is running already; choose another name")
 
     async def _fail(self, inst: Instance, why: str) -> None:
         failed = inst.model_copy(update={"status_detail": why})

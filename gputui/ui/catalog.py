@@ -585,13 +585,14 @@ class CatalogScreen(BaseScreen):
     def action_new_instance(self) -> None:
         """Open New instance with the card under the cursor (cards, fit or cost tab)."""
         key = self._card_for_action()
+        count = self._count_for_action()
         self.gapp.action_goto("create")
         screen = self.app.screen
         if key is not None and hasattr(screen, "preselect"):
-            self.preselect_when_ready(screen, self.specs[key].name)
+            self.preselect_when_ready(screen, self.specs[key].name, count)
 
     @work(exclusive=True, group="preselect", exit_on_error=False)
-    async def preselect_when_ready(self, screen: Screen, name: str) -> None:
+    async def preselect_when_ready(self, screen: Screen, name: str, count: int | None = None) -> None:
         """Choose the card on the New-instance screen once its offers are listed: a choice
         made while it is still mounting would be reset by its GPU select mounting."""
         for _ in range(100):  # 5 s at most; the sandbox lists its offers at once
@@ -601,13 +602,28 @@ class CatalogScreen(BaseScreen):
                 except Exception:
                     ready = False
                 if ready:
-                    screen.preselect(name)  # type: ignore[attr-defined]
+                    screen.preselect(name, count)  # type: ignore[attr-defined]
                     return
             await asyncio.sleep(0.05)
         self.notify(
             f"New instance: choose the {name} yourself (its offers did not load).",
             severity="warning",
         )
+
+    def _count_for_action(self) -> int | None:
+        """The GPU count the fit or cost view arrived at (it goes with the card to New)."""
+        tab = self._tab()
+        try:
+            if tab == "fit":
+                table = self.query_one("#fit-table", DataTable)
+                if table.row_count and table.cursor_row >= 0:
+                    row_key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key
+                    return int(str(table.get_cell(row_key, "count")).strip().rstrip("×"))
+            if tab == "cost":
+                return int(self.query_one("#cost-count", Input).value)
+        except (ValueError, KeyError, LookupError):
+            return None
+        return None
 
     def _card_for_action(self) -> str | None:
         tab = self._tab()

@@ -24,7 +24,7 @@ NOW_COLUMNS = [
 ]
 LEDGER_COLUMNS = [
     ("ended", "Ended"), ("name", "Task"), ("gpu", "GPU"), ("hours", "Hours"),
-    ("compute", "Compute"), ("storage", "Storage"), ("total", "Total"), ("reason", "Ended by"),
+    ("compute", "Compute"), ("storage", "Storage"), ("total", "Total"), ("reason", "Reason"),
     ("provider", "Provider"),
 ]
 GROUPINGS = ["day", "week", "month", "gpu", "task"]
@@ -80,7 +80,7 @@ class CostsScreen(BaseScreen):
         for key, label in LEDGER_COLUMNS:
             ledger.add_column(label, key=key)
         group = self.query_one("#group-table", DataTable)
-        for key, label in (("key", "Period"), ("total", "Total"), ("count", "Instances"),
+        for key, label in (("key", "Group"), ("total", "Total"), ("count", "Instances"),
                            ("bar", "")):
             group.add_column(label, key=key)
         self.grouping = "day"
@@ -152,8 +152,9 @@ class CostsScreen(BaseScreen):
             caps.append(f"month cap {format_money(budget.monthly)} ({_pct(t.month, budget.monthly)})")
         text = (f"[b]{format_money(t.rate)}/h[/b] now · live {format_money(t.accrued_live)} · "
                 f"today [b]{format_money(t.today)}[/b] · this month [b]{format_money(t.month)}[/b]")
-        if caps:
-            text += "\n" + " · ".join(caps)
+        text += "\n" + (" · ".join(caps) if caps else
+                         "[dim]no budget caps: set daily / monthly / per_instance under "
+                         "\\[budget] in config.toml[/dim]")
         self.query_one("#totals", Static).update(text)
 
     def _fill_ledger(self) -> None:

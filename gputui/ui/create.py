@@ -174,10 +174,15 @@ class CreateScreen(BaseScreen):
 
     _preselect: str | None = None
 
-    def preselect(self, gpu_name: str) -> None:
-        """Open with a card chosen (from the catalog); applied once the offers are in."""
+    _preselect_count: int | None = None
+
+    def preselect(self, gpu_name: str, count: int | None = None) -> None:
+        """Open with a card (and the GPU count the catalog's fit or cost view chose); applied
+        once the offers are in. The rest of the form starts from the defaults."""
         from gputui.catalog.match import catalog_aliases, match_gpu
 
+        if count is not None:
+            self._preselect_count = count
         self._preselect = gpu_name
         if not self.offers:
             return
@@ -190,8 +195,30 @@ class CreateScreen(BaseScreen):
                 f"{escape(gpu_name)} is not offered by this provider")
             return
         offer = next(o for o in self.offers if o.gpu == name)
+        self.reset_form()
         self.query_one("#offer", Select).value = offer.offer_id
         self._preselect = None
+        if self._preselect_count:
+            self.call_after_refresh(self._set_count, self._preselect_count)
+            self._preselect_count = None
+
+    def _set_count(self, count: int) -> None:
+        select = self.query_one("#count", Select)
+        offer = self.selected_offer()
+        counts = sorted({*COUNTS, count, *([offer.gpu_count] if offer else [])})
+        select.set_options([(str(c), c) for c in counts])
+        select.value = count
+        self.update_summary()
+
+    def reset_form(self) -> None:
+        """Back to the defaults: after a rental, and when the catalog sends a card."""
+        self.query_one("#release", Input).value = self.gapp.config.lease.default_release
+        self.query_one("#no-timer", Checkbox).value = False
+        self.query_one("#disk", Input).value = "50"
+        self.query_one("#name", Input).value = ""
+        for sel in ("#idle-util", "#idle-minutes"):
+            self.query_one(sel, Input).value = ""
+        self.query_one("#error", Static).update("")
 
     def selected_offer(self) -> Offer | None:
         value = self.query_one("#offer", Select).value
@@ -264,6 +291,16 @@ class CreateScreen(BaseScreen):
             )
         summary.update("\n".join(lines))
 
+    def _default_name(self, offer: Offer) -> str:
+        """The card's short name, numbered when that is taken: 4090, 4090-2, ..."""
+        base = offer.gpu.split()[-1].lower()
+        taken = {i.name for i in self.gapp.store.instances_sync(live_only=True)}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
     def _disk(self) -> float:
         try:
             return max(0.0, float(self.query_one("#disk", Input).value or 0))
@@ -297,8 +334,8 @@ class CreateScreen(BaseScreen):
                 error.update("Idle off: give both a utilisation (1-100 %) and minutes (1-1440).")
                 return
         disk = self._disk()
-        if disk > 100_000:
-            error.update("Disk: at most 100000 GB.")
+        if not 1 <= disk <= 100_000:
+            error.update("Disk: between 1 and 100000 GB.")
             return
         lease = Lease(instance_id="pending", release_at=release_at,
                       no_timer_confirmed=release_at is None,
@@ -328,7 +365,7 @@ class CreateScreen(BaseScreen):
             steps.append(step)
             progress.update(" → ".join(steps) + (" …" if step != "running" else " ✓"))
 
-        name = self.query_one("#name", Input).value.strip() or offer.gpu.split()[-1].lower()
+        name = self.query_one("#name", Input).value.strip() or self._default_name(offer)
         count = int(self.query_one("#count", Select).value or 1)
         image = self.query_one("#image", Select).value
         try:
@@ -346,6 +383,7 @@ class CreateScreen(BaseScreen):
             return
         self.busy = False
         self.notify(f"{inst.name} is running: {count}× {offer.gpu}", title="Created")
-        self.query_one("#name", Input).value = ""
+        self.reset_form()
+        self.query_one("#progress", Static).update("")
         self.app.call_later(self.gapp.action_goto, "home")
 

@@ -36,6 +36,7 @@ class TimerDialog(ModalScreen[object]):
         super().__init__()
         self.inst_name, self.current, self.now = name, current, now
         self._none_pending = False
+        self._tomorrow_pending: str | None = None
 
     def compose(self) -> ComposeResult:
         left = format_remaining((self.current - self.now()).total_seconds()) if self.current else "no timer"
@@ -63,10 +64,21 @@ class TimerDialog(ModalScreen[object]):
             self.dismiss("none")
             return
         self._none_pending = False
+        now = self.now()
         try:
-            self.dismiss(parse_release(text, self.now()))
+            at = parse_release(text, now)
         except ValueError as exc:
             error.update(escape(str(exc)))
+            return
+        rolled = ":" in text and (at - now).total_seconds() > 12 * 3600
+        if rolled and self._tomorrow_pending != text:
+            # 23:00 typed at 23:12 is a day of billing away: say so before taking it
+            self._tomorrow_pending = text
+            error.update(f"{escape(text)} has passed today: that is tomorrow, "
+                         f"{format_remaining((at - now).total_seconds())} from now. "
+                         "Press enter again to confirm.")
+            return
+        self.dismiss(at)
 
 
 class AddHostDialog(ModalScreen[dict | None]):

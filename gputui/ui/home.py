@@ -80,7 +80,11 @@ class HomeScreen(BaseScreen):
                 table.remove_row(key)
         for inst in self._instances.values():
             self._put_row(inst)
-        self.query_one("#hint").display = not self._instances
+        hint = self.query_one("#hint", Static)
+        hint.display = not self._instances
+        if not self._instances and store.ledger_sync():
+            hint.update("Nothing running. Ended instances and what they cost are in Costs "
+                        "([b]c[/b], then 2). Press [b]n[/b] to rent another.")
 
     def _cells(self, inst: Instance, now: datetime) -> dict[str, str | Text]:
         lease = self._leases.get(inst.id)

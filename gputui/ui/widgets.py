@@ -39,7 +39,7 @@ class TopBar(Static):
         if self.size_note:
             left.append(f"  {self.size_note}", style="bold reverse")
         meter = (
-            f"{self.billing_count} billing {format_money(self.rate)}/h · "
+            f"{self.billing_count} live {format_money(self.rate)}/h · "
             f"{format_money(self.accrued)} so far"
             if self.billing_count
             else "nothing billing"
