@@ -113,15 +113,16 @@ async def test_sort_cycles_columns_and_reverses(gputui_home: Path):
         assert screen.sort_key == "price"
 
 
-async def test_sort_keeps_the_cursor_on_its_card(gputui_home: Path):
+async def test_a_new_sort_is_read_from_the_top(gputui_home: Path):
     app = make_app(gputui_home)
     async with app.run_test(size=(80, 24)) as pilot:
         screen = await open_catalog(pilot)
-        await pilot.press("down", "down")
-        before = screen.current_card_key()
-        await pilot.press("s")
-        await pilot.pause()
-        assert screen.current_card_key() == before
+        await pilot.press("down", "down", "down")
+        for key in ("s", "S"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert screen.current_card_key() == screen.cards[0].key
+            assert screen.query_one("#cards").scroll_y == 0
 
 
 # -- filters ---------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from gputui.catalog import (
     load_prices,
     load_specs,
 )
+from gputui.catalog.fit import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB
 from gputui.services import catalog as svc
 from gputui.ui.base import BaseScreen
 
@@ -536,10 +537,19 @@ class CatalogScreen(BaseScreen):
         self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
         self.sort_reverse = False
         self.refresh_cards()
+        self._to_top()
 
     def action_reverse(self) -> None:
         self.sort_reverse = not self.sort_reverse
         self.refresh_cards()
+        self._to_top()
+
+    def _to_top(self) -> None:
+        """A new order is read from the top: the best card first, in view."""
+        table = self.query_one("#cards", DataTable)
+        if table.row_count:
+            table.move_cursor(row=0)
+            table.scroll_home(animate=False)
 
     def action_filter(self) -> None:
         self.query_one("#f-vram", Input).focus()
@@ -775,7 +785,12 @@ class CatalogScreen(BaseScreen):
                 continue  # listed with its reason under the assumptions
             out.append(f"{p.name:<12}{p.gb:>8.2f} GB ")
             out.append(bar(p.bytes, top, 20).ljust(20))
-            out.append(" split over GPUs\n" if p.split else " on every GPU\n", style="dim")
+            if p.name == "overhead":  # a fixed part on each GPU plus a share of the rest
+                where = (f" {CUDA_CONTEXT_BYTES / GIB:g} GiB on every GPU + {FRAGMENTATION:.0%}"
+                         " of each GPU's share\n")
+            else:
+                where = " split over GPUs\n" if p.split else " on every GPU\n"
+            out.append(where, style="dim")
         out.append("Assumptions\n", style="bold")
         for p in e.all_parts:
             out.append(f"{p.name}: ", style="bold dim")

@@ -90,6 +90,8 @@ class CreateScreen(BaseScreen):
     CreateScreen #form { padding: 0 1; }
     CreateScreen .row { height: 1; margin-bottom: 1; }
     CreateScreen .row Label { width: 12; }
+    /* the focused field's label is shown reversed: visible in 16 colours and without colour */
+    CreateScreen .row:focus-within Label { text-style: reverse bold; }
     CreateScreen .row Input, CreateScreen .row Select { width: 1fr; }
     CreateScreen #idle-util, CreateScreen #idle-minutes { width: 10; }
     CreateScreen #idle-note { width: 1fr; color: $text-muted; padding-left: 1; }
