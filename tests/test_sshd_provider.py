@@ -163,3 +163,30 @@ async def test_console_add_host_asks_once_about_the_host_key(sshd, gputui_home: 
         [inst] = store.instances_sync()
         assert inst.name == "rented" and inst.gpu_count == 4 and inst.provider == "ssh"
         assert str(inst.billing.price_per_hour) == "1.90"
+
+
+async def test_add_host_keeps_the_form_when_the_host_is_unreachable(gputui_home: Path):
+    from textual.widgets import Input, Static
+
+    from gputui.app import GpuTuiApp
+    from gputui.ui.dialogs import AddHostDialog
+
+    store = SessionStore(gputui_home / "state.db")
+    app = GpuTuiApp(config=Config(), store=store, background=False,
+                    services=Services(store, Config(), state_dir=gputui_home))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        await pilot.pause()
+        line = f"ssh -p {free_port()} root@127.0.0.1"
+        app.screen.query_one("#line", Input).value = line
+        app.screen.query_one("#price", Input).value = "2.50"
+        app.screen.query_one("#gpu", Input).focus()
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, AddHostDialog)
+        assert dialog.query_one("#line", Input).value == line
+        assert dialog.query_one("#price", Input).value == "2.50"
+        assert str(dialog.query_one("#host-error", Static).render()) != ""
+    assert store.instances_sync() == []

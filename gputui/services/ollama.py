@@ -1292,13 +1292,20 @@ async def ollama_command(
             await svc.close()
 
 
+def gpu_words(indices: Sequence[int]) -> str:
+    """'GPU 0', 'GPUs 0,1', 'no GPU'."""
+    if not indices:
+        return "no GPU"
+    return ("GPU " if len(indices) == 1 else "GPUs ") + ",".join(map(str, indices))
+
+
 async def _command(
     svc: OllamaService, inst: Instance, action: str, arg: str | None, as_json: bool, *,
     force: bool,
 ) -> int:
     needs_arg = {"pull", "rm", "load", "unload", "fit"}
     if action in needs_arg and not arg:
-        raise OllamaServiceError(f"gputui ollama {inst.name} {action}: give a model name")
+        raise OllamaServiceError(f"ollama {action}: give a model name (e.g. qwen2.5:7b)")
     if action == "status":
         st = await svc.status(inst)
         if as_json:
@@ -1429,8 +1436,7 @@ async def _command(
         if as_json:
             _print_json({**new.as_dict(), "unloaded": [m.name for m in running]})
         else:
-            print(f"ollama on {inst.name} now uses GPUs "
-                  f"{','.join(map(str, new.selected)) or 'none'}"
+            print(f"ollama on {inst.name} now uses {gpu_words(new.selected)}"
                   f" (CUDA_VISIBLE_DEVICES={new.visible_devices or 'unset'})")
         return 0
     if action == "start":

@@ -95,6 +95,11 @@ class AddHostDialog(ModalScreen[dict | None]):
     AddHostDialog #host-error { color: $error; height: auto; }
     """
 
+    def __init__(self, initial: dict | None = None, error: str | None = None) -> None:
+        super().__init__()
+        self.initial = initial or {}
+        self.first_error = error
+
     def compose(self) -> ComposeResult:
         from textual.widgets import Select
 
@@ -113,6 +118,16 @@ class AddHostDialog(ModalScreen[dict | None]):
             yield Static("", id="host-error")
 
     def on_mount(self) -> None:
+        from textual.widgets import Select
+
+        for key in ("line", "price", "name", "gpu"):
+            value = self.initial.get(key)
+            if value is not None:
+                self.query_one(f"#{key}", Input).value = str(value)
+        if self.initial.get("per"):
+            self.query_one("#per", Select).value = self.initial["per"]
+        if self.first_error:
+            self.query_one("#host-error", Static).update(escape(self.first_error))
         self.query_one("#line", Input).focus()
 
     @on(Input.Submitted)
@@ -140,7 +155,7 @@ class AddHostDialog(ModalScreen[dict | None]):
             error.update("price: give the hourly price, e.g. 2.50")
             return
         self.dismiss({
-            "endpoint": endpoint, "price": price,
+            "line": self.query_one("#line", Input).value, "endpoint": endpoint, "price": price,
             "per": self.query_one("#per", Select).value,
             "name": self.query_one("#name", Input).value.strip() or None,
             "gpu": self.query_one("#gpu", Input).value.strip() or None,

@@ -248,6 +248,10 @@ class HomeScreen(BaseScreen):
                 lambda yes: self.add_host(form, accept_new=True) if yes else None)
             return
         except Exception as exc:
-            self.notify(str(exc), severity="error", timeout=10)
+            # the form comes back with what was typed and the reason, nothing to retype
+            from gputui.ui.dialogs import AddHostDialog
+
+            initial = {k: form.get(k) for k in ("line", "price", "per", "name", "gpu")}
+            self.app.push_screen(AddHostDialog(initial, str(exc)), self._host_given)
             return
         self.notify(f"added {inst.name}: {inst.gpu_count}× {inst.gpu}")

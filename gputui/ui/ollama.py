@@ -37,6 +37,7 @@ from gputui.services.ollama import (
     OllamaStatus,
     PullProgress,
     RunningModel,
+    gpu_words,
     restart_warning,
     service_for,
 )
@@ -418,7 +419,8 @@ class OllamaScreen(BaseScreen):
         return bool(await self.app.push_screen_wait(ConfirmScreen(question, yes, no)))
 
     def _fail(self, inst: Instance, exc: BaseException) -> None:
-        self._say(f"[b red]{escape(inst.name)}[/]: {escape(str(exc))}")
+        text = str(exc).removeprefix(f"{inst.name}: ")  # said once, not twice
+        self._say(f"[b red]{escape(inst.name)}[/]: {escape(text)}")
         self.notify(str(exc), severity="error", timeout=8)
 
     # -- server --------------------------------------------------------------------------------
@@ -499,7 +501,7 @@ class OllamaScreen(BaseScreen):
             return
         finally:
             self._busy = None
-        self._say(f"Ollama now uses GPUs {','.join(map(str, new.selected)) or 'none'}"
+        self._say(f"Ollama now uses {gpu_words(new.selected)}"
                   f" (CUDA_VISIBLE_DEVICES={escape(new.visible_devices or 'unset')}).")
         self._server_selection = []  # take the new selection on the next refresh
         for box in self.query("#gpus Checkbox").results(Checkbox):
