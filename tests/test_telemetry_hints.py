@@ -71,6 +71,10 @@ def test_memory_held_by_a_process_that_no_longer_computes() -> None:
     working = [sample(0, 70, used=10240)] * 70
     trends, now = history({0: working})
     assert evaluate_hints([working[-1]], procs, trends, now, RULES) == []
+    # a model server keeps its model loaded between requests on purpose: not a leftover
+    trends, now = history({0: idle})
+    server = [ProcessSample(pid=7, gpu_index=0, used_memory_mib=10240, name="/usr/local/bin/ollama")]
+    assert evaluate_hints([idle[-1]], server, trends, now, RULES) == []
 
 
 def test_stuck_under_half_for_minutes_is_an_input_pipeline_hint() -> None:

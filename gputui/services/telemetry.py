@@ -293,6 +293,15 @@ def _gpus(indices: Sequence[int]) -> str:
     return ("GPU " if len(indices) == 1 else "GPUs ") + ", ".join(str(i) for i in indices)
 
 
+_MODEL_SERVERS = ("ollama", "vllm", "llama-server", "llama_server", "text-generation-launcher",
+                  "sglang", "tritonserver")
+
+
+def _is_model_server(name: str | None) -> bool:
+    lowered = (name or "").lower()
+    return any(word in lowered for word in _MODEL_SERVERS)
+
+
 def evaluate_hints(
     latest: Sequence[GpuSample],
     processes: Sequence[ProcessSample],
@@ -333,7 +342,9 @@ def evaluate_hints(
         trend = trends.get(i)
         procs = by_gpu.get(i, [])
         # Memory held by a process that is no longer computing.
-        holders = [p for p in procs if (p.used_memory_mib or 0) >= rules.idle_memory_mib]
+        # Model servers (Ollama, vLLM, llama.cpp, TGI) hold memory between requests on purpose.
+        holders = [p for p in procs if (p.used_memory_mib or 0) >= rules.idle_memory_mib
+                   and not _is_model_server(p.name)]
         if holders and trend is not None:
             mean = trend.holds(now, rules.idle_memory_s)
             if mean is not None and mean <= rules.idle_memory_util_pct:
