@@ -273,7 +273,9 @@ class InstanceServer:
 
     async def wait_closed(self) -> None:
         if self._acceptor is not None:
-            await self._acceptor.wait_closed()
+            # bounded: a connection the kernel still holds must not hang whoever closes us
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._acceptor.wait_closed(), 5)
         if self._poll_task is not None:
             await asyncio.gather(self._poll_task, return_exceptions=True)
         for conn in list(self._conns):

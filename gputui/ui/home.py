@@ -67,6 +67,7 @@ class HomeScreen(BaseScreen):
             table.add_column(label, key=key)
         self._instances: dict[str, Instance] = {}
         self._leases: dict[str, Lease] = {}
+        self._shown: dict[str, dict[str, str]] = {}  # the text each cell shows now
         self.reload()
         self.set_interval(1.0, self.tick)
 
@@ -78,6 +79,7 @@ class HomeScreen(BaseScreen):
         for key in [k.value for k in list(table.rows)]:
             if key not in self._instances:
                 table.remove_row(key)
+                self._shown.pop(key, None)
         for inst in self._instances.values():
             self._put_row(inst)
         hint = self.query_one("#hint", Static)
@@ -111,18 +113,29 @@ class HomeScreen(BaseScreen):
         table = self.query_one(DataTable)
         cells = self._cells(inst, self.gapp.now())
         if inst.id in {k.value for k in table.rows}:
-            for key, value in cells.items():
-                table.update_cell(inst.id, key, value, update_width=True)
+            self._update(table, inst.id, cells)
         else:
             table.add_row(*(cells[k] for k, _ in COLUMNS), key=inst.id)
+            self._shown[inst.id] = {k: str(v) for k, v in cells.items()}
+
+    def _update(self, table: DataTable, iid: str, cells: dict[str, str | Text]) -> None:
+        """Redraw only the cells whose text changed; re-measure a column only when a cell
+        grew (re-measuring walks the whole column: costly with many instances)."""
+        shown = self._shown.setdefault(iid, {})
+        for key, value in cells.items():
+            text = str(value)
+            before = shown.get(key)
+            if before == text:
+                continue
+            table.update_cell(iid, key, value, update_width=before is None or len(text) > len(before))
+            shown[key] = text
 
     def tick(self) -> None:
         table = self.query_one(DataTable)
         now = self.gapp.now()
         for inst in self._instances.values():
             cells = self._cells(inst, now)
-            for key in ("release", "cost", "link"):
-                table.update_cell(inst.id, key, cells[key], update_width=True)
+            self._update(table, inst.id, {k: cells[k] for k in ("release", "cost", "link")})
 
     def on_store_event(self, message: StoreEvent) -> None:
         if isinstance(message.event, InstanceChanged | LeaseChanged | LinkChanged):
