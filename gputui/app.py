@@ -80,6 +80,7 @@ class GpuTuiApp(App[int]):
         self.services = services or Services(store, self.config)
         self.leases = LeaseService(self.services)
         self.focus_instance: str | None = None  # set by Home's Enter, read by the Monitor
+        self._closed = False
         self._background = background  # tests of pure layout turn the lease clock off
         self._remember_theme = remember_theme
         self._requested_theme = theme_name
@@ -137,6 +138,9 @@ class GpuTuiApp(App[int]):
         return TelemetryService(self.services, self.store)
 
     async def on_unmount(self) -> None:
+        if self._closed:  # subclasses may call this again; once is enough
+            return
+        self._closed = True
         if "telemetry" in self.__dict__:
             await self.telemetry.close()
         await self.services.close()

@@ -701,7 +701,8 @@ class TelemetryService:
         for w in watches:
             tasks.extend(self._cancel(w))
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # bounded: a stream stuck in a remote call must not hold the console open
+            await asyncio.wait(tasks, timeout=5)
 
     def _cancel(self, w: _Watch) -> list[asyncio.Task[None]]:
         if w.flush_handle is not None:
