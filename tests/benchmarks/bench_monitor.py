@@ -70,7 +70,10 @@ async def console_under_load(seconds: float, n_instances: int, n_gpus: int) -> N
         store.subscribe(lambda e: app.call_later(seen, e))
         rss0, cpu0, t0 = rss_mib(), time.process_time(), time.perf_counter()
         tick = 0
+        marks: list[str] = []
         while time.perf_counter() - t0 < seconds:
+            if tick and tick % 60 == 0:
+                marks.append(f"{tick // 60}m {rss_mib():.0f}")
             start = time.perf_counter()
             for iid in ids:
                 util = (tick * 7 + int(iid[1:])) % 100
@@ -91,8 +94,8 @@ async def console_under_load(seconds: float, n_instances: int, n_gpus: int) -> N
           "(includes feeding the samples; target < 15 %)")
     print(f"   sample → screen delay p99: {p99 * 1000:.0f} ms = {p99:.2f}× the interval "
           "(target < 1×)")
-    print(f"   memory: RSS {rss0:.0f} → {rss1:.0f} MiB (the history is a bounded ring buffer: "
-          "a longer run, --seconds 600, shows it flat once the buffers are full)")
+    print(f"   memory: RSS {rss0:.0f} → {rss1:.0f} MiB; each minute (MiB): {', '.join(marks) or '-'}")
+    print("   (the history is a bounded ring buffer of 300 samples per GPU: full after 5 min)")
 
 
 def host_load(seconds: float) -> None:
