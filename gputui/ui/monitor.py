@@ -101,6 +101,14 @@ def bar(pct: float | None, width: int, style: str | None = None) -> Text:
     return text
 
 
+def _last(history: Sequence[GpuSample] | None, n: int) -> list[GpuSample]:
+    """The newest `n` samples of a ring buffer, without copying the rest of it."""
+    if not history or n <= 0:
+        return []
+    # indexing a deque from its right end is cheap; iterating it from the left is not
+    return [history[-k] for k in range(min(n, len(history)), 0, -1)]
+
+
 def sparkline(values: Sequence[float | None], width: int, top: float | None = 100.0) -> Text:
     """The last `width` values as ▁..█ (scaled to `top`, else to their maximum)."""
     if width <= 0:
@@ -509,7 +517,7 @@ class MonitorScreen(BaseScreen):
                 "power": Text(fmt_power(s.power_draw_w, s.power_limit_w)),
                 "fan": Text(f"{s.fan_pct:.0f}%" if s.fan_pct is not None else "N/A"),
                 "sm": Text(f"{s.sm_clock_mhz:.0f}" if s.sm_clock_mhz is not None else "N/A"),
-                "hist": sparkline([x.utilization_gpu for x in tel.gpus.get(s.index, [])],
+                "hist": sparkline([x.utilization_gpu for x in _last(tel.gpus.get(s.index), hist_w)],
                                   hist_w) if hist_w else Text(""),
                 "note": Text(("⚑ " + marks) if marks else "", style="bold yellow"),
             }
