@@ -52,7 +52,7 @@ async def rent(svc: Services, gpu: str = "A10", lease: Lease | None = None,
                name: str = "job") -> Instance:
     offer = await svc.find_offer("lambda", gpu)
     req = CreateRequest(offer_id=offer.offer_id, gpu_count=offer.gpu_count,
-                        name=_free_name(svc, name))
+                        name=svc.free_name(name))
     return await svc.create("lambda", offer, req, lease=lease)
 
 
@@ -234,13 +234,3 @@ async def test_monitor_over_ssh_and_halting_does_not_stop_billing(gputui_home: P
             assert svc.known_hosts.host_keys(inst.ssh.host, inst.ssh.port) == []
         finally:
             await svc.close()
-
-
-def _free_name(hub: Services, base: str) -> str:
-    """Instance names are unique among running instances: number the second and later ones."""
-    taken = {i.name for i in hub.store.instances_sync(live_only=True)}
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}-{n}"
-    return name

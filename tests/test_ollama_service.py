@@ -307,7 +307,7 @@ async def rent(hub: Services, count: int = 2) -> Instance:
     offer = await hub.find_offer("sandbox", "RTX 4090")
     return await hub.create("sandbox", offer,
                             CreateRequest(offer_id=offer.offer_id, gpu_count=count,
-                                          name=_free_name(hub, "llm")))
+                                          name=hub.free_name("llm")))
 
 
 async def compute_apps(hub: Services, inst: Instance) -> list[tuple[int, str, int]]:
@@ -503,13 +503,3 @@ async def test_ollama_command_json_and_text(services: Services,
     assert await ollama_command(services, inst, "stop", None, False) == 0
     st = await OllamaService(services).status(inst)
     assert not st.running
-
-
-def _free_name(hub: Services, base: str) -> str:
-    """Instance names are unique among running instances: number the second and later ones."""
-    taken = {i.name for i in hub.store.instances_sync(live_only=True)}
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}-{n}"
-    return name

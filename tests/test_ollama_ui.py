@@ -55,7 +55,7 @@ async def services(gputui_home: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncI
 async def rent(hub: Services, count: int) -> Instance:
     offer = await hub.find_offer("sandbox", "RTX 4090")
     return await hub.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id,
-                                                            gpu_count=count, name=_free_name(hub, "llm")))
+                                                            gpu_count=count, name=hub.free_name("llm")))
 
 
 async def until(pilot: Pilot, check: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -218,13 +218,3 @@ def test_rendering_helpers():
         run["m"]["until"].startswith("4m")
     assert fmt_until(now + timedelta(days=365 * 200), now.timestamp()) == "forever"
     assert server_line(None) == "Server: …" and env_line(None) == ""
-
-
-def _free_name(hub: Services, base: str) -> str:
-    """Instance names are unique among running instances: number the second and later ones."""
-    taken = {i.name for i in hub.store.instances_sync(live_only=True)}
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}-{n}"
-    return name

@@ -20,7 +20,7 @@ from gputui.store import Notice, SessionStore
 async def rent(svc: Services, gpu: str = "RTX 4090", count: int = 2, lease: Lease | None = None,
                name: str = "job"):
     offer = await svc.find_offer("sandbox", gpu)
-    req = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=_free_name(svc, name))
+    req = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=svc.free_name(name))
     return await svc.create("sandbox", offer, req, lease=lease)
 
 
@@ -244,13 +244,3 @@ async def test_console_idle_check_releases_from_live_telemetry(services: Service
             assert result.released == []
     assert services.store.get_instance_sync(idle.id).end_reason == "idle"
     assert services.store.get_instance_sync(busy.id).status == InstanceStatus.RUNNING
-
-
-def _free_name(hub: Services, base: str) -> str:
-    """Instance names are unique among running instances: number the second and later ones."""
-    taken = {i.name for i in hub.store.instances_sync(live_only=True)}
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}-{n}"
-    return name

@@ -43,7 +43,7 @@ def make_telemetry(services: Services, **kw) -> TelemetryService:
 async def rent(services: Services, gpu: str = "RTX 4090", count: int = 2,
                name: str = "job") -> Instance:
     offer = await services.find_offer("sandbox", gpu)
-    req = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=_free_name(services, name))
+    req = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=services.free_name(name))
     return await services.create("sandbox", offer, req)
 
 
@@ -108,13 +108,3 @@ def repair_nvidia_smi(root: Path) -> None:
 
 DRIVER_MESSAGE = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
                   "driver. Make sure that the latest NVIDIA driver is installed and running.")
-
-
-def _free_name(hub: Services, base: str) -> str:
-    """Instance names are unique among running instances: number the second and later ones."""
-    taken = {i.name for i in hub.store.instances_sync(live_only=True)}
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}-{n}"
-    return name

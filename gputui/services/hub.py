@@ -181,6 +181,15 @@ class Services:
         say("running")
         return inst
 
+    def free_name(self, base: str) -> str:
+        """`base`, or `base-2`, `base-3`... — the first name no live instance uses."""
+        taken = {i.name for i in self.store.instances_sync(live_only=True)}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
     def check_name_free(self, name: str) -> None:
         """Names are how people and scripts refer to instances: two live ones may not share one."""
         if any(i.name == name for i in self.store.instances_sync(live_only=True)):

@@ -295,13 +295,7 @@ class CreateScreen(BaseScreen):
 
     def _default_name(self, offer: Offer) -> str:
         """The card's short name, numbered when that is taken: 4090, 4090-2, ..."""
-        base = offer.gpu.split()[-1].lower()
-        taken = {i.name for i in self.gapp.store.instances_sync(live_only=True)}
-        name, n = base, 1
-        while name in taken:
-            n += 1
-            name = f"{base}-{n}"
-        return name
+        return self.gapp.services.free_name(offer.gpu.split()[-1].lower())
 
     def _disk(self) -> float:
         try:
