@@ -3,7 +3,8 @@
 - Durable state (instances, leases, the ledger) lives in SQLite (stdlib sqlite3, WAL, one short
   transaction per change). A second process (`gputui reap` from cron, a headless command) can
   work on the same file at once: read-modify-write changes run inside `BEGIN IMMEDIATE`.
-- Telemetry lives in memory only: a bounded ring buffer per GPU.
+- Telemetry lives in memory only: the latest reading per GPU and a bounded history of the
+  figures the screens chart, as flat float arrays.
 - Every change is published as a typed event. Services write here; screens subscribe.
   Changes made by another process are noticed through a change log table (`poll_external`).
 """
@@ -11,11 +12,12 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sqlite3
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -102,16 +104,56 @@ _TABLE_EVENT: dict[str, type] = {
 # --- telemetry ------------------------------------------------------------------------------
 
 
+class GpuHistory:
+    """One GPU's last `size` readings of utilisation (%), memory in use (% of total) and power
+    draw (W), as three fixed float arrays used as a ring (NaN where the GPU did not say).
+
+    Eight bytes a figure: 512 GPUs × 300 readings is under 4 MiB, where keeping the sample
+    objects took ~240 MiB that the garbage collector had to walk again and again."""
+
+    FIELDS = ("util", "mem_pct", "power_w")
+
+    def __init__(self, size: int = HISTORY) -> None:
+        self.size = max(1, size)
+        self._count = 0  # readings ever added; the next one goes to _count % size
+        self._data = {f: array("d", [math.nan]) * self.size for f in self.FIELDS}
+
+    def __len__(self) -> int:
+        return min(self._count, self.size)
+
+    def append(self, s: GpuSample) -> None:
+        at = self._count % self.size
+        mem = (s.memory_used_mib / s.memory_total_mib * 100
+               if s.memory_used_mib is not None and s.memory_total_mib else None)
+        for name, value in (("util", s.utilization_gpu), ("mem_pct", mem),
+                            ("power_w", s.power_draw_w)):
+            self._data[name][at] = math.nan if value is None else value
+        self._count += 1
+
+    def last(self, name: str, n: int | None = None) -> list[float | None]:
+        """The newest `n` (default: all kept) values of one field, oldest first."""
+        data = self._data[name]
+        k = len(self) if n is None else max(0, min(n, len(self)))
+        end = self._count % self.size
+        start = end - k
+        if start >= 0:
+            values: Sequence[float] = data[start:end]
+        else:
+            values = data[start:] + data[:end]
+        return [None if v != v else v for v in values]  # NaN -> None
+
+
 @dataclass
 class InstanceTelemetry:
-    gpus: dict[int, deque[GpuSample]] = field(default_factory=dict)
+    gpus: dict[int, GpuSample] = field(default_factory=dict)  # the latest reading per GPU
+    history: dict[int, GpuHistory] = field(default_factory=dict)
     processes: list[ProcessSample] = field(default_factory=list)
     updated: float | None = None  # monotonic time of the last sample
     skipped_lines: int = 0
     diagnosis: str | None = None
 
     def latest(self) -> list[GpuSample]:
-        return [buf[-1] for _, buf in sorted(self.gpus.items()) if buf]
+        return [s for _, s in sorted(self.gpus.items())]
 
 
 # --- the store -------------------------------------------------------------------------------
@@ -470,10 +512,11 @@ class SessionStore:
     def add_samples(self, instance_id: str, samples: list[GpuSample]) -> None:
         tel = self.telemetry(instance_id)
         for s in samples:
-            buf = tel.gpus.get(s.index)
-            if buf is None:
-                buf = tel.gpus[s.index] = deque(maxlen=self._history)
-            buf.append(s)
+            tel.gpus[s.index] = s
+            hist = tel.history.get(s.index)
+            if hist is None:
+                hist = tel.history[s.index] = GpuHistory(self._history)
+            hist.append(s)
         tel.updated = time.monotonic()
         tel.diagnosis = None
         self.emit(TelemetryChanged(instance_id))

@@ -16,6 +16,7 @@ from gputui.models import BillingRule, Instance, InstanceStatus
 from gputui.services.hub import Services
 from gputui.services.telemetry import TelemetryService
 from gputui.ui.create import ConfirmScreen
+from gputui.ui.livetable import LiveTable
 from gputui.ui.monitor import (
     MonitorScreen,
     bar,
@@ -65,12 +66,12 @@ def screen_text(app: GpuTuiApp) -> str:
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 
-def cells(table: DataTable, key: str) -> list[str]:
+def cells(table: LiveTable | DataTable, key: str) -> list[str]:
     return [str(c) for c in table.get_row(key)]
 
 
-def row_keys(table: DataTable) -> list[str]:
-    return [table.coordinate_to_cell_key((r, 0)).row_key.value for r in range(table.row_count)]
+def row_keys(table: LiveTable) -> list[str]:
+    return table.row_keys()
 
 
 async def test_live_instance_under_load_at_80x24_keyboard_only(services: Services):
@@ -83,7 +84,7 @@ async def test_live_instance_under_load_at_80x24_keyboard_only(services: Service
         await pilot.press("m")
         screen = app.screen
         assert isinstance(screen, MonitorScreen)
-        table = screen.query_one("#gpus", DataTable)
+        table = screen.query_one("#gpus", LiveTable)
         await wait_for(lambda: f"{inst.id}/1" in table.rows, what="GPU rows")
         await wait_for(lambda: "%" in cells(table, f"{inst.id}/0")[1]
                        and int(cells(table, f"{inst.id}/0")[1].split()[-1].rstrip("%")) >= 60,
@@ -148,7 +149,7 @@ async def test_wide_terminal_focus_from_home_and_interval_keys(services: Service
         telemetry.sync(services.store.instances_sync(live_only=True))
         await pilot.press("m")
         screen = app.screen
-        table = screen.query_one("#gpus", DataTable)
+        table = screen.query_one("#gpus", LiveTable)
         await wait_for(lambda: f"{a.id}/0" in table.rows and f"{b.id}/1" in table.rows,
                        what="both instances")
         assert [c.key for c in overview_columns(200)][-4:] == ["fan", "sm", "hist", "note"]
@@ -189,7 +190,7 @@ async def test_dropped_link_shows_reconnecting_then_resumes(services: Services):
     async with app.run_test(size=(80, 24)) as pilot:
         telemetry.sync(services.store.instances_sync(live_only=True))
         await pilot.press("m")
-        table = app.screen.query_one("#gpus", DataTable)
+        table = app.screen.query_one("#gpus", LiveTable)
         await wait_for(lambda: inst.id in table.rows and cells(table, inst.id)[-1] == "live",
                        what="live")
         provider = services.provider("sandbox")
@@ -214,7 +215,7 @@ async def test_broken_driver_shows_the_diagnosis_not_a_crash(services: Services)
     async with app.run_test(size=(80, 24)) as pilot:
         telemetry.sync(services.store.instances_sync(live_only=True))
         await pilot.press("m")
-        table = app.screen.query_one("#gpus", DataTable)
+        table = app.screen.query_one("#gpus", LiveTable)
         await wait_for(lambda: inst.id in table.rows and "no driver" in cells(table, inst.id)[-1],
                        what="the diagnosis mark")
         await pilot.pause(0.3)
@@ -248,7 +249,7 @@ async def test_mig_devices_under_their_gpu_with_fixed_data(services: Services):
     async with app.run_test(size=(80, 24)) as pilot:
         telemetry.ingest("fixed", samples, processes=[], inventory=inv)
         await pilot.press("m")
-        table = app.screen.query_one("#gpus", DataTable)
+        table = app.screen.query_one("#gpus", LiveTable)
         await wait_for(lambda: "fixed/0/mig1" in table.rows, what="MIG rows")
         assert row_keys(table) == ["fixed", "fixed/0", "fixed/0/mig0", "fixed/0/mig1"]
         assert cells(table, "fixed/0/mig0")[0] == "   └ 3g.20gb"
@@ -277,7 +278,7 @@ OVERVIEW_80x24 = """\
  every 0.5 s (+/-) · 1 instance · 1 GPU · enter details
  Instance / GPU  Util        Memory            Temp  Power      State / hints
  ▾ a100          1× GPU      0.0/40.0G               67/400W    live
-  0 A100-SXM4-4  ·····  N/A  ····· 0.0/40.0G   36°   67/400W
+  0 A100-SXM4-…  ·····  N/A  ····· 0.0/40.0G   36°   67/400W
     └ 3g.20gb    GI1 CI0     ····· 0.0/19.5G                    MIG
     └ 3g.20gb    GI2 CI0     ····· 0.0/19.5G                    MIG"""
 
@@ -317,3 +318,41 @@ async def test_text_snapshot_with_fixed_data(services: Services):
         await pilot.press("enter")
         await pilot.pause(0.4)
         assert _body(app, 10) == DETAIL_80x24
+
+
+async def test_rows_out_of_view_catch_up_when_scrolled_to(services: Services):
+    """Off-screen rows are rebuilt when they come into view; new GPUs are placed at once."""
+    from gputui.models import GpuSample
+
+    ids = []
+    for n in range(12):
+        inst = Instance(id=f"m{n:02d}", name=f"job-{n:02d}", provider="ssh", gpu="H100",
+                        gpu_count=2, billing=BillingRule(price_per_hour=1),
+                        status=InstanceStatus.RUNNING)
+        services.store.put_instance_sync(inst)
+        ids.append(inst.id)
+    telemetry = make_telemetry(services, clock=lambda: 0.0)
+
+    def feed(iid: str, util: float, gpus: int = 2) -> None:
+        telemetry.ingest(iid, [GpuSample(index=g, name="NVIDIA H100 80GB HBM3",
+                                         utilization_gpu=util, memory_used_mib=1024.0,
+                                         memory_total_mib=81559.0) for g in range(gpus)],
+                         processes=[])
+
+    app = MonitorApp(services, telemetry)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for iid in ids:
+            feed(iid, 10.0)
+        await pilot.press("m")
+        await pilot.pause(0.4)
+        table = app.screen.query_one("#gpus", LiveTable)
+        assert "m11/1" not in table.visible_keys()  # 36 rows do not fit in 24 lines
+        feed("m11", 77.0)
+        feed("m10", 10.0, gpus=3)  # a GPU appears out of view: its row is placed now
+        await pilot.pause(0.4)
+        assert "m10/2" in table.rows
+        await pilot.press("end")
+        await pilot.pause(0.4)
+        assert "m11/1" in table.visible_keys()
+        assert cells(table, "m11/1")[1].endswith("77%")
+        assert any(" 1 H100" in line and "77%" in line for line in screen_text(app).splitlines())

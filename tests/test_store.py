@@ -16,6 +16,7 @@ import pytest
 from gputui.models import BillingRule, GpuSample, Instance, Lease, LedgerEntry
 from gputui.store import (
     SCHEMA_VERSION,
+    GpuHistory,
     InstanceChanged,
     LeaseChanged,
     SessionStore,
@@ -191,7 +192,23 @@ def test_telemetry_is_bounded_and_in_memory(tmp_path: Path):
     for n in range(25):
         s.add_samples("a", [GpuSample(index=0, utilization_gpu=n), GpuSample(index=1)])
     tel = s.telemetry("a")
-    assert len(tel.gpus[0]) == 10
+    assert len(tel.history[0]) == 10
+    assert tel.history[0].last("util") == [float(n) for n in range(15, 25)]
+    assert tel.history[1].last("util", 3) == [None, None, None]  # not reported
     assert tel.latest()[0].utilization_gpu == 24
     assert TelemetryChanged("a") in seen
     assert s._query("SELECT count(*) FROM changes")[0][0] == 0  # nothing written to disk
+
+
+def test_gpu_history_keeps_the_newest_readings_in_order():
+    h = GpuHistory(4)
+    assert len(h) == 0 and h.last("util") == []
+    for n in range(10):
+        h.append(GpuSample(index=0, utilization_gpu=float(n), memory_used_mib=n * 10.0,
+                           memory_total_mib=100.0, power_draw_w=None if n == 8 else 100.0 + n))
+    assert len(h) == 4
+    assert h.last("util") == [6.0, 7.0, 8.0, 9.0]  # wrapped round the ring, oldest first
+    assert h.last("util", 2) == [8.0, 9.0]
+    assert h.last("util", 99) == [6.0, 7.0, 8.0, 9.0]
+    assert h.last("mem_pct", 1) == [90.0]  # used / total, as the memory sparkline draws it
+    assert h.last("power_w") == [106.0, 107.0, None, 109.0]  # N/A stays a gap, not a zero

@@ -43,7 +43,7 @@ async def telemetry(services: Services):
 
 
 def samples_of(services: Services, iid: str, index: int) -> int:
-    buf = services.store.telemetry(iid).gpus.get(index)
+    buf = services.store.telemetry(iid).history.get(index)
     return len(buf) if buf else 0
 
 

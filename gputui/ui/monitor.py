@@ -35,8 +35,10 @@ from gputui.models import (
     ProcessSample,
 )
 from gputui.services.telemetry import LOCAL_ID, Hint, WatchStatus, step_interval
-from gputui.store import InstanceChanged, LinkChanged, TelemetryChanged
+from gputui.store import GpuHistory, InstanceChanged, LinkChanged, TelemetryChanged
 from gputui.ui.base import BaseScreen, StoreEvent
+from gputui.ui.livetable import LiveColumn, LiveTable
+from gputui.ui.widgets import show
 
 if TYPE_CHECKING:
     from gputui.services.telemetry import TelemetryService
@@ -99,14 +101,6 @@ def bar(pct: float | None, width: int, style: str | None = None) -> Text:
     text = Text(filled, style=style or level_style(pct))
     text.append(EMPTY * (width - len(filled)), style="dim")
     return text
-
-
-def _last(history: Sequence[GpuSample] | None, n: int) -> list[GpuSample]:
-    """The newest `n` samples of a ring buffer, without copying the rest of it."""
-    if not history or n <= 0:
-        return []
-    # indexing a deque from its right end is cheap; iterating it from the left is not
-    return [history[-k] for k in range(min(n, len(history)), 0, -1)]
 
 
 def sparkline(values: Sequence[float | None], width: int, top: float | None = 100.0) -> Text:
@@ -285,7 +279,7 @@ class MonitorScreen(BaseScreen):
     def compose_body(self) -> ComposeResult:
         yield Static("", id="mon-status")
         with Vertical(id="overview"):
-            yield DataTable(id="gpus", cursor_type="row", zebra_stripes=False)
+            yield LiveTable(id="gpus")
             yield Static("", id="notes")
         with Vertical(id="detail"):
             yield Static("", id="detail-head")
@@ -311,8 +305,10 @@ class MonitorScreen(BaseScreen):
         self._proc_cells: dict[str, dict[str, Text]] = {}
         self._procs: dict[str, ProcessSample] = {}
         self._sort = 0
-        table = self.query_one("#gpus", DataTable)
+        self._deferred: set[str] = set()  # instances whose rows are out of view and behind
+        table = self.query_one("#gpus", LiveTable)
         table.focus()
+        self.watch(table, "scroll_y", self._scrolled, init=False)
         procs = self.query_one("#procs", DataTable)
         for key, label, width in (("pid", "PID", 8), ("user", "User", 10), ("gpu", "GPU", 3),
                                   ("mem", "Memory", 9), ("cmd", "Command", None)):
@@ -435,7 +431,7 @@ class MonitorScreen(BaseScreen):
         if svc is None:
             text = "Telemetry is not running in this console."
         else:
-            gpus = sum(len(self._latest(i.id)) for i in self._instances)
+            gpus = sum(len(self.gapp.store.telemetry(i.id).gpus) for i in self._instances)
             hints = sum(len(self._hints(i.id)) for i in self._instances)
             text = (f"every {svc.interval:g} s (+/-) · {len(self._instances)} instance"
                     f"{'' if len(self._instances) == 1 else 's'} · {gpus} GPU"
@@ -447,16 +443,14 @@ class MonitorScreen(BaseScreen):
             else:
                 text += " · enter details"
         status = self.query_one("#mon-status", Static)
-        status.update(Text(text))
+        show(status, Text(text))
 
     # -- overview ------------------------------------------------------------------------------------
 
     def _build_columns(self) -> None:
-        table = self.query_one("#gpus", DataTable)
+        table = self.query_one("#gpus", LiveTable)
         self._ov_cols = overview_columns(self.size.width or 80)
-        table.clear(columns=True)
-        for col in self._ov_cols:
-            table.add_column(col.label, key=col.key, width=col.width)
+        table.set_columns(LiveColumn(c.key, c.label, c.width or 10) for c in self._ov_cols)
         self._ov_cells = {}
         self._ov_keys = {}
 
@@ -517,7 +511,7 @@ class MonitorScreen(BaseScreen):
                 "power": Text(fmt_power(s.power_draw_w, s.power_limit_w)),
                 "fan": Text(f"{s.fan_pct:.0f}%" if s.fan_pct is not None else "N/A"),
                 "sm": Text(f"{s.sm_clock_mhz:.0f}" if s.sm_clock_mhz is not None else "N/A"),
-                "hist": sparkline([x.utilization_gpu for x in _last(tel.gpus.get(s.index), hist_w)],
+                "hist": sparkline(_recent(tel.history.get(s.index), "util", hist_w),
                                   hist_w) if hist_w else Text(""),
                 "note": Text(("⚑ " + marks) if marks else "", style="bold yellow"),
             }
@@ -540,7 +534,7 @@ class MonitorScreen(BaseScreen):
         return rows
 
     def _refresh_overview(self, iids: set[str], full: bool) -> None:
-        table = self.query_one("#gpus", DataTable)
+        table = self.query_one("#gpus", LiveTable)
         present = {i.id for i in self._instances}
         changed = False
         if full:
@@ -551,10 +545,18 @@ class MonitorScreen(BaseScreen):
                 changed = True
         cols = [c.key for c in self._ov_cols]
         now = time.monotonic()
+        # Rows scrolled out of view are rebuilt when they come into view (`_scrolled`), unless
+        # the instance gains or loses rows: that moves the rows below it, so it is done now.
+        shown = {k.split("/", 1)[0] for k in table.visible_keys()}
         for pos, inst in enumerate(self._instances):
             if inst.id not in iids:
                 continue
             self._refreshed[inst.id] = now
+            if not full and inst.id not in shown and inst.id in self._ov_keys \
+                    and self._shape(inst) == self._ov_keys[inst.id]:
+                self._deferred.add(inst.id)
+                continue
+            self._deferred.discard(inst.id)
             rows = self._rows_for(pos, inst)
             keys = [k for k, _ in rows]
             for old in self._ov_keys.get(inst.id, []):
@@ -563,50 +565,65 @@ class MonitorScreen(BaseScreen):
                     self._ov_cells.pop(old, None)
                     changed = True
             for key, cells in rows:
-                before = self._ov_cells.get(key)
-                if before is None:
-                    table.add_row(*(cells[c] for c in cols), key=key)
+                if key not in self._ov_cells:
                     changed = True
-                else:
-                    for c in cols:
-                        if before.get(c) != cells[c]:
-                            table.update_cell(key, c, cells[c])
+                table.set_row(key, [cells[c] for c in cols])
                 self._ov_cells[key] = cells
             self._ov_keys[inst.id] = keys
         if changed:
             table.sort("gpu", key=lambda cell: getattr(cell, "order", ()))
         self._refresh_notes()
 
+    def _shape(self, inst: Instance) -> list[str]:
+        """The row keys `_rows_for` gives this instance, without building the rows."""
+        iid = inst.id
+        st = self._status(iid)
+        keys = [iid]
+        indices = sorted(self.gapp.store.telemetry(iid).gpus) \
+            if (st is None or st.watching) else []
+        if not indices:
+            return keys + [f"{iid}/msg"] if st is not None and st.watching else keys
+        for index in indices:
+            keys.append(f"{iid}/{index}")
+            inv = self._inventory_gpu(iid, index)
+            keys += [f"{iid}/{index}/mig{j}" for j in range(len(inv.mig_devices if inv else []))]
+        return keys
+
+    def _scrolled(self) -> None:
+        """Rows that came into view get what changed while they were out of it."""
+        if not self._deferred or self.view != "overview":
+            return
+        table = self.query_one("#gpus", LiveTable)
+        shown = {k.split("/", 1)[0] for k in table.visible_keys()}
+        if self._deferred & shown:
+            self._refresh_overview(self._deferred & shown, full=False)
+
     def _cursor_instance(self) -> str | None:
-        table = self.query_one("#gpus", DataTable)
-        if not table.row_count or table.cursor_row < 0:
+        key = self.query_one("#gpus", LiveTable).cursor_key
+        if key is None:
             return self._instances[0].id if self._instances else None
-        try:
-            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
-        except Exception:  # noqa: BLE001 - cursor out of range while rows change
-            return None
-        return key.split("/", 1)[0] if key else None
+        return key.split("/", 1)[0]
 
     def _refresh_notes(self) -> None:
         notes = self.query_one("#notes", Static)
         if not self._instances:
-            notes.update(Text("No running instances. Rent one with n (the sandbox needs no "
+            show(notes, Text("No running instances. Rent one with n (the sandbox needs no "
                               "account), or press l to watch this machine's GPUs.", style="dim"))
             return
         iid = self._cursor_instance()
         inst = self._instance(iid)
         if inst is None:
-            notes.update("")
+            show(notes, "")
             return
-        notes.update(status_text(inst, self._status(inst.id), self._hints(inst.id), limit=5))
+        show(notes, status_text(inst, self._status(inst.id), self._hints(inst.id), limit=5))
 
-    @on(DataTable.RowHighlighted, "#gpus")
-    def _highlighted(self, _event: DataTable.RowHighlighted) -> None:
+    @on(LiveTable.RowHighlighted, "#gpus")
+    def _highlighted(self, _event: LiveTable.RowHighlighted) -> None:
         self._refresh_notes()
 
-    @on(DataTable.RowSelected, "#gpus")
-    def _selected(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value
+    @on(LiveTable.RowSelected, "#gpus")
+    def _selected(self, event: LiveTable.RowSelected) -> None:
+        key = event.row_key
         if key:
             self.show_detail(key.split("/", 1)[0])
 
@@ -636,13 +653,10 @@ class MonitorScreen(BaseScreen):
         self.view = "overview"
         self.query_one("#detail").display = False
         self.query_one("#overview").display = True
-        table = self.query_one("#gpus", DataTable)
+        table = self.query_one("#gpus", LiveTable)
         table.focus()
-        if self.detail_id is not None and self.detail_id in self._ov_cells:
-            try:
-                table.move_cursor(row=table.get_row_index(self.detail_id))
-            except Exception:  # noqa: BLE001, S110 - the row may be gone
-                pass
+        if self.detail_id is not None and self.detail_id in table.rows:
+            table.move_cursor(row=table.get_row_index(self.detail_id))
         self._refresh_all()
         self.refresh_bindings()
 
@@ -654,7 +668,7 @@ class MonitorScreen(BaseScreen):
         inst = self._instance(iid)
         head = self.query_one("#detail-head", Static)
         if inst is None or iid is None:
-            head.update(Text("This instance is no longer running (esc: all instances).",
+            show(head, Text("This instance is no longer running (esc: all instances).",
                              style="dim"))
             return
         st = self._status(iid)
@@ -674,7 +688,7 @@ class MonitorScreen(BaseScreen):
             line.append(f"\n{st.link.value}: {st.link_detail}", style="yellow")
             if st.age_s is not None:
                 line.append(f" — last data {fmt_age(st.age_s)} ago", style="yellow")
-        head.update(line)
+        show(head, line)
 
         diag = self.query_one("#diag", Static)
         if st is not None and st.diagnosis is not None:
@@ -682,7 +696,7 @@ class MonitorScreen(BaseScreen):
             t = Text.assemble(("⚠ " + d.problem, "bold red"), "\n", ("Fix: ", "bold"), d.fix)
             if d.detail:
                 t.append(f"\n(said: {d.detail})", style="dim")
-            diag.update(t)
+            show(diag, t)
             diag.display = True
         else:
             diag.display = False
@@ -691,7 +705,7 @@ class MonitorScreen(BaseScreen):
         hints = self._hints(iid)
         hint_box = self.query_one("#hints", Static)
         if hints:
-            hint_box.update(Text("\n").join(Text("⚑ " + h.text, style="yellow") for h in hints))
+            show(hint_box, Text("\n").join(Text("⚑ " + h.text, style="yellow") for h in hints))
             hint_box.display = True
         else:
             hint_box.display = False
@@ -707,7 +721,7 @@ class MonitorScreen(BaseScreen):
         width = self._panel_width()
         new: list[Static] = []
         for s in latest:
-            text = gpu_panel_text(s, list(tel.gpus.get(s.index, [])),
+            text = gpu_panel_text(s, tel.history.get(s.index),
                                   self._inventory_gpu(iid, s.index),
                                   [h for h in self._hints(iid) if h.gpu_index == s.index], width)
             panel = self._panels.get(s.index)
@@ -715,13 +729,13 @@ class MonitorScreen(BaseScreen):
                 panel = self._panels[s.index] = Static(text, classes="gpu-panel")
                 new.append(panel)
             else:
-                panel.update(text)
+                show(panel, text)
         if new:
             box.mount_all(new)
         wait = box.query_one("#panel-wait", Static)
         if not latest and not diagnosed:
             st = self._status(iid)
-            wait.update(Text(st.note if st and st.note else "waiting for the first sample…",
+            show(wait, Text(st.note if st and st.note else "waiting for the first sample…",
                              style="dim italic"))
             wait.display = True
         else:
@@ -732,7 +746,7 @@ class MonitorScreen(BaseScreen):
         procs = list(self.gapp.store.telemetry(iid).processes)
         name, keyfn = SORTS[self._sort]
         title = self.query_one("#procs-title", Static)
-        title.update(Text(f"Processes: {len(procs)} · sorted by {name} (s) · k TERM · K KILL",
+        show(title, Text(f"Processes: {len(procs)} · sorted by {name} (s) · k TERM · K KILL",
                           style="dim"))
         wanted = {str(p.pid): p for p in procs}
         changed = False
@@ -888,7 +902,11 @@ def status_text(inst: Instance, st: WatchStatus | None, hints: Sequence[Hint],
     return Text("\n").join(lines[:limit])
 
 
-def gpu_panel_text(s: GpuSample, history: Sequence[GpuSample], inv: GpuInventory | None,
+def _recent(history: GpuHistory | None, name: str, n: int) -> list[float | None]:
+    return history.last(name, n) if history is not None and n > 0 else []
+
+
+def gpu_panel_text(s: GpuSample, history: GpuHistory | None, inv: GpuInventory | None,
                    hints: Sequence[Hint], width: int) -> Text:
     """One GPU in the detail view: title line, util / memory / power bars with sparklines,
     then its MIG devices."""
@@ -921,18 +939,14 @@ def gpu_panel_text(s: GpuSample, history: Sequence[GpuSample], inv: GpuInventory
             sparkline(values, spark_w, top),
         )
 
-    mem_hist = [
-        (h.memory_used_mib / h.memory_total_mib * 100)
-        if h.memory_used_mib is not None and h.memory_total_mib else None
-        for h in history
-    ]
     lines = [
         title,
         row("util", util, f"{util:.0f}%" if util is not None else "N/A",
-            [h.utilization_gpu for h in history], 100),
-        row("mem", mp, fmt_mem(s.memory_used_mib, total, " GiB"), mem_hist, 100),
+            _recent(history, "util", spark_w), 100),
+        row("mem", mp, fmt_mem(s.memory_used_mib, total, " GiB"),
+            _recent(history, "mem_pct", spark_w), 100),
         row("pwr", pp, fmt_power(s.power_draw_w, limit).replace("W", " W"),
-            [h.power_draw_w for h in history], limit),
+            _recent(history, "power_w", spark_w), limit),
     ]
     for mig in (inv.mig_devices if inv else []):
         mpct = (mig.memory_used_mib / mig.memory_total_mib * 100

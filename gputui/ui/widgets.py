@@ -58,3 +58,19 @@ def size_note(width: int, height: int) -> str:
     if width >= MIN_WIDTH and height >= MIN_HEIGHT:
         return ""
     return f"⚠ {width}×{height}: needs 80×24"
+
+
+def show(static: Static, content: Text | str) -> None:
+    """Put `content` in `static` only if it differs from what is there, and ask for a new
+    layout only when its height can have changed: a layout pass repaints the whole screen,
+    which for a monitor redrawn several times a second is most of its cost."""
+    text = Text(content) if isinstance(content, str) else content
+    old: Text | None = getattr(static, "_gputui_shown", None)
+    if old is not None and old == text:
+        return
+    width = static.content_region.width or static.app.size.width
+    lines = len(text.wrap(static.app.console, max(1, width))) if text.plain else 0
+    layout = old is None or lines != getattr(static, "_gputui_lines", -1)
+    static._gputui_shown = text  # type: ignore[attr-defined]
+    static._gputui_lines = lines  # type: ignore[attr-defined]
+    static.update(text, layout=layout)
