@@ -680,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from gputui.config import ConfigError
-    from gputui.store import StateError
+    from gputui.store import StateError, UnknownInstance
 
     try:
         if args.command is None:
@@ -693,9 +693,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gputui: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (CommandError, StateError, LookupError) as exc:
-        code = getattr(exc, "code", EXIT_ERROR)
-        msg = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
+    except (CommandError, StateError, UnknownInstance) as exc:
+        code = EXIT_BAD_INPUT if isinstance(exc, UnknownInstance) else getattr(exc, "code", EXIT_ERROR)
+        msg = exc.args[0] if isinstance(exc, UnknownInstance) and exc.args else str(exc)
         print(f"gputui: {msg}", file=sys.stderr)
         return code
     except KeyboardInterrupt:

@@ -173,6 +173,10 @@ CREATE TABLE IF NOT EXISTS changes (
 """
 
 
+class UnknownInstance(LookupError):
+    """A name or id that matches no instance (or several): the user's input, not a failure."""
+
+
 class SessionStore:
     """Open with `SessionStore.open(path)` (async) or `SessionStore(path)` (sync code)."""
 
@@ -394,8 +398,8 @@ class SessionStore:
                 return named[0]
             if len(named) > 1:
                 ids = ", ".join(i.id for i in named)
-                raise LookupError(f"several instances are named {name_or_id!r}: use an id ({ids})")
-        raise LookupError(f"no instance named {name_or_id!r} (see `gputui instances`)")
+                raise UnknownInstance(f"several instances are named {name_or_id!r}: use an id ({ids})")
+        raise UnknownInstance(f"no instance named {name_or_id!r} (see `gputui instances`)")
 
     # -- leases ----------------------------------------------------------------------------------
 

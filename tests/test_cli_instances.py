@@ -63,8 +63,11 @@ def test_bad_input_is_one_line_with_exit_code(gputui_home: Path):
         (["create", "--gpu", "RTX 4090", "--release-at", "25:99"], 2, "--release-at"),
         (["add-ssh", "ssh -p notaport root@host", "--price", "1"], 2, "ssh line"),
         (["add-ssh", "ssh root@host", "--price", "free"], 2, "--price"),
-        (["ssh", "nosuch", "--", "true"], 1, "no instance named"),
-        (["extend", "nosuch"], 1, "no instance named"),
+        (["ssh", "nosuch", "--", "true"], 2, "no instance named"),
+        (["extend", "nosuch"], 2, "no instance named"),
+        (["doctor", "nosuch"], 2, "no instance named"),
+        (["smi", "nosuch", "--json"], 2, "no instance named"),
+        (["add-ssh", "ssh root@host", "--price", "-1"], 2, "--price"),
     ]
     for args, code, text in cases:
         out = gputui(gputui_home, *args)
