@@ -131,3 +131,16 @@ def test_diagnoses_read_as_one_line() -> None:
     assert ssh_diagnosis(AuthRefused("login refused for root@h:22")).code == "ssh-auth"
     d = ssh_diagnosis(LinkUnreachable("cannot reach root@h:22: Connection refused\x1b[31m"))
     assert d.code == "ssh-unreachable" and "\x1b" not in d.problem
+
+
+def test_trend_windows_keep_the_newest_buckets_once_the_ring_wraps() -> None:
+    trend = _Trend(bucket_s=5, keep_s=20)  # room for 6 buckets
+    for t in range(100):  # 100 s at 1 s: 20 buckets opened, the oldest overwritten
+        trend.add(float(t), sample(0, 10.0 if t < 80 else 90.0, draw=45))
+    assert len(trend) == 6
+    assert trend.window(99.0, 14) == 90.0  # the last 20 s read 90 %, what came before is gone
+    assert trend.window(99.0, 40) == (10 * 10 + 90 * 20) / 30  # as far back as the ring reaches
+    assert trend.window(99.0, 10, "power") == 0.1  # draw / limit
+    assert trend.holds(99.0, 200) is None  # not yet held that long
+    trend.add(200.0, sample(0, 50.0))  # after a silence longer than GAP_S: a fresh start
+    assert len(trend) == 1 and trend.window(200.0, 10) == 50.0

@@ -31,6 +31,7 @@ import os
 import shlex
 import signal as _signal
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -219,25 +220,28 @@ class HintRules:
     keep_s: float = 600.0
 
 
-@dataclass
-class _Bucket:
-    start: float
-    util_sum: float = 0.0
-    util_n: int = 0
-    power_sum: float = 0.0  # draw / limit
-    power_n: int = 0
-
-
 class _Trend:
-    """Coarse per-GPU history (buckets of `bucket_s`) for the hints' time windows."""
+    """Coarse per-GPU history (buckets of `bucket_s`) for the hints' time windows.
+
+    A ring of fixed float arrays, allocated once: the console's memory does not creep up
+    while the windows fill (512 GPUs × 10 min was ~18 MiB of bucket objects)."""
 
     GAP_S = 60.0  # a longer silence (link down) starts the history afresh
 
     def __init__(self, bucket_s: float, keep_s: float) -> None:
         self.bucket_s = max(0.01, bucket_s)
-        self.buckets: deque[_Bucket] = deque(maxlen=max(2, int(keep_s / self.bucket_s) + 2))
+        self.size = max(2, int(keep_s / self.bucket_s) + 2)
+        self._start = array("d", [0.0]) * self.size
+        self._util_sum = array("d", [0.0]) * self.size
+        self._util_n = array("d", [0.0]) * self.size
+        self._power_sum = array("d", [0.0]) * self.size  # draw / limit
+        self._power_n = array("d", [0.0]) * self.size
+        self._count = 0  # buckets ever opened; the current one is (_count - 1) % size
         self.first: float | None = None  # when this unbroken history began
         self.last: float | None = None
+
+    def __len__(self) -> int:
+        return min(self._count, self.size)
 
     def add(self, now: float, sample: GpuSample) -> None:
         if self.last is not None and now - self.last > self.GAP_S:
@@ -245,31 +249,35 @@ class _Trend:
         if self.first is None:
             self.first = now
         self.last = now
-        if not self.buckets or now - self.buckets[-1].start >= self.bucket_s:
-            self.buckets.append(_Bucket(now))
-        b = self.buckets[-1]
+        at = (self._count - 1) % self.size
+        if not self._count or now - self._start[at] >= self.bucket_s:
+            at = self._count % self.size
+            self._count += 1
+            self._start[at] = now
+            self._util_sum[at] = self._util_n[at] = 0.0
+            self._power_sum[at] = self._power_n[at] = 0.0
         if sample.utilization_gpu is not None:
-            b.util_sum += sample.utilization_gpu
-            b.util_n += 1
+            self._util_sum[at] += sample.utilization_gpu
+            self._util_n[at] += 1
         if sample.power_draw_w is not None and sample.power_limit_w:
-            b.power_sum += sample.power_draw_w / sample.power_limit_w
-            b.power_n += 1
+            self._power_sum[at] += sample.power_draw_w / sample.power_limit_w
+            self._power_n[at] += 1
 
     def reset(self) -> None:
-        self.buckets.clear()
+        self._count = 0
         self.first = self.last = None
 
     def window(self, now: float, span: float, what: str = "util") -> float | None:
         """The mean over (about) the last `span` seconds; None without readings."""
+        sums, counts = ((self._util_sum, self._util_n) if what == "util"
+                        else (self._power_sum, self._power_n))
         total = n = 0.0
         cutoff = now - span - self.bucket_s  # the bucket that straddles the window's start too
-        for b in reversed(self.buckets):
-            if b.start < cutoff:
+        for k in range(1, len(self) + 1):
+            at = (self._count - k) % self.size
+            if self._start[at] < cutoff:
                 break
-            if what == "util":
-                total, n = total + b.util_sum, n + b.util_n
-            else:
-                total, n = total + b.power_sum, n + b.power_n
+            total, n = total + sums[at], n + counts[at]
         return total / n if n else None
 
     def holds(self, now: float, span: float, what: str = "util") -> float | None:
