@@ -425,8 +425,10 @@ def test_quote_bills_whole_instances_and_flags_extrapolation():
     )
     q = quote(p4d, 1)
     assert q.billed_gpus == 8 and q.per_hour == Decimal("32.77") and "8-GPU" in (q.note or "")
+    assert p4d.label == "aws on-demand (8× only)"  # the catalog's "lowest at" says so too
     a6000 = next(r for r in rows if r.provider == "lambda" and r.gpu == "rtx_a6000")
     assert quote(a6000, 2).per_hour == Decimal("2.18") and quote(a6000, 2).note is None
+    assert a6000.label == "lambda on-demand"  # sold singly too: nothing to flag
     q8 = quote(a6000, 8)
     assert q8.billed_gpus == 8 and "assumed" in (q8.note or "")
     with pytest.raises(CatalogError):

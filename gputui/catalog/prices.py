@@ -94,7 +94,11 @@ class PriceRow(BaseModel):
 
     @property
     def label(self) -> str:
-        return f"{self.provider} {self.tier}"
+        """Who sells it, and in what sizes where a single GPU is not one of them: a per-GPU
+        price quoted for 8-GPU nodes is not a price anyone pays for one GPU."""
+        sizes = "" if 1 in self.gpu_counts else \
+            f" ({'/'.join(str(c) for c in self.gpu_counts)}× only)"
+        return f"{self.provider} {self.tier}{sizes}"
 
     def billing_rule(self, gpus: int = 1) -> BillingRule:
         """The billing rule of an instance of `gpus` GPUs at this row's per-GPU price."""

@@ -6,7 +6,7 @@
    second, each instance at its own phase within the second as independent streams do (fed through the telemetry service exactly as streamed lines are recorded); the
    monitor is on screen. Reports the console's own CPU as a share of one core, the delay from a
    sample's arrival to the screen showing it (p99, against the 1 s interval), and memory at the
-   start and end (it must stay flat: the history is a bounded ring buffer).
+   start, each minute and at the end (it must stay flat: history is kept in fixed rings).
 2. The load put on a monitored host: one persistent `nvidia-smi --query-gpu ... -lms 1000`
    against spawning `nvidia-smi --query-gpu ...` once a second, as CPU time of the host's
    processes (the sandbox's nvidia-smi, run locally), reported as a ratio.
@@ -108,7 +108,7 @@ async def console_under_load(seconds: float, n_instances: int, n_gpus: int) -> N
     print(f"   sample → screen delay p99: {p99 * 1000:.0f} ms = {p99:.2f}× the interval "
           "(target < 1×)")
     print(f"   memory: RSS {rss0:.0f} → {rss1:.0f} MiB; each minute (MiB): {', '.join(marks) or '-'}")
-    print("   (the history is a bounded ring buffer of 300 samples per GPU: full after 5 min)")
+    print("   (history and hint windows are float rings allocated when a GPU first reports)")
 
 
 def host_load(seconds: float) -> None:
