@@ -234,3 +234,41 @@ async def test_monitor_over_ssh_and_halting_does_not_stop_billing(gputui_home: P
             assert svc.known_hosts.host_keys(inst.ssh.host, inst.ssh.port) == []
         finally:
             await svc.close()
+
+
+async def test_a_launch_whose_outcome_is_unknown_is_kept_and_found(services: Services,
+                                                                    emu: LambdaEmulator):
+    """The launch happens but its answer is lost, and the listing that would find it by its tag
+    fails too: the instance is kept (not ledgered as failed) and the next refresh adopts it —
+    never launched twice, never left billing unseen."""
+    emu.fail("/instance-operations/launch", 500, after=True)  # launched, answer lost
+    emu.fail("/instances", 500, times=4, method="GET")  # and the tag lookup fails
+    lease = Lease(instance_id="", release_at=utcnow() + timedelta(hours=1))
+    with pytest.raises(ServiceError, match="gputui keeps looking for it by its tag"):
+        await rent(services, lease=lease)
+    [remote] = emu.instances.values()  # one launch only
+    [kept] = services.store.instances_sync(live_only=True)
+    assert kept.status == InstanceStatus.REQUESTED and kept.provider_id is None
+    assert services.store.ledger_sync() == []  # not written off as failed
+    assert services.store.get_lease_sync(kept.id) is not None  # its release timer stands
+    await asyncio.sleep(0.2)
+    found = await services.refresh(kept)
+    assert found.provider_id == remote.id and found.status == InstanceStatus.RUNNING
+    assert (await services.release(found, "manual")) is not None
+    assert emu.status(remote.id) == "terminating"
+
+
+async def test_a_launch_that_never_happened_is_given_up_after_a_while(services: Services,
+                                                                      emu: LambdaEmulator):
+    emu.fail("/instance-operations/launch", 500, times=4)  # refused before acting, every try
+    with pytest.raises(ServiceError, match="gave up after 4 tries"):
+        await rent(services)
+    assert emu.instances == {}
+    [kept] = services.store.instances_sync(live_only=True)
+    assert kept.status == InstanceStatus.REQUESTED  # Lambda's listing could lag a launch
+    later = kept.model_copy(update={"created_at": kept.created_at - timedelta(minutes=16)})
+    await services.store.put_instance(later)
+    gone = await services.refresh(later)
+    assert not gone.status.live and "never launched" in (gone.status_detail or "")
+    [entry] = services.store.ledger_sync()
+    assert entry.end_reason == "failed" and entry.compute_cost == 0

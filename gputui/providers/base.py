@@ -20,9 +20,13 @@ if TYPE_CHECKING:
 class ProviderError(Exception):
     """A provider refused or failed; the message is one clear line for the user."""
 
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
+    def __init__(self, message: str, *, retryable: bool = False,
+                 outcome_unknown: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+        # A create whose answer was lost may have launched (and be billing): the caller keeps
+        # the instance for `refresh` to find or give up on, rather than marking it failed.
+        self.outcome_unknown = outcome_unknown
 
 
 class UnknownInstance(ProviderError):

@@ -243,6 +243,10 @@ class LambdaApiError(ProviderError):
         return self.status == 404 or self.code in ("global/object-does-not-exist", "global/not-found")
 
 
+def _bare(exc: Exception) -> str:
+    return str(exc).removeprefix("lambda: ")
+
+
 class _Ambiguous(Exception):
     """A launch whose outcome is unknown (timeout or 5xx): it may have happened."""
 
@@ -663,7 +667,13 @@ class LambdaProvider:
                 last = amb.error
                 # The launch may have happened: look for our tag before trying again.
                 await asyncio.sleep(self._delay(attempt, None))
-                found = await self.find_tagged(tag)
+                try:
+                    found = await self.find_tagged(tag)
+                except ProviderError as exc:  # cannot tell: launching again could make two
+                    raise ProviderError(
+                        f"{amb.error}, and looking for it failed too ({_bare(exc)}); it may have "
+                        "launched: gputui keeps looking for it by its tag", retryable=True,
+                        outcome_unknown=True) from None
                 if found is not None:
                     log.info("lambda: launch answer lost, found instance %s by its tag", found["id"])
                     return str(found["id"])
@@ -673,7 +683,10 @@ class LambdaProvider:
                 raise ProviderError(f"lambda: {what}: the answer named no instance")
             return str(ids[0])
         assert last is not None
-        raise ProviderError(f"{last} — gave up after {self.max_attempts} tries", retryable=True)
+        # Lambda's listing may lag a launch it has accepted: keep looking rather than forget it.
+        raise ProviderError(f"{last} — gave up after {self.max_attempts} tries; if one of them "
+                            "launched after all, gputui will find it by its tag", retryable=True,
+                            outcome_unknown=True)
 
     async def list_instances(self) -> list[dict[str, Any]]:
         data = await self._request("GET", "/instances", "listing instances")

@@ -166,6 +166,10 @@ class Services:
         try:
             inst = await provider.create(request, inst)
         except ProviderError as exc:
+            if exc.outcome_unknown:  # kept: refresh finds it by its tag, or gives up on it
+                await self.store.put_instance(inst.model_copy(update={
+                    "status_detail": "launch outcome unknown: looking for it"}))
+                raise ServiceError(f"{exc} (it is listed as {inst.name}, requested)") from None
             await self._fail(inst, str(exc))
             raise ServiceError(str(exc)) from None
         await self.store.put_instance(inst)
