@@ -630,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--local", action="store_true", help="this machine (the default)")
     s.add_argument("--json", action="store_true", help="print the checks as JSON")
 
-    s = sub.add_parser("costs", help="the ledger and what is billing now")
+    s = sub.add_parser("costs", help="what you have spent: the ledger, and what is billing now")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--csv", action="store_true", help="export every entry (and running ones) as CSV")
     g.add_argument("--json", action="store_true", help="the same as JSON")
@@ -663,7 +663,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lora-rank", type=int, metavar="R", help="LoRA rank (default 16)")
     s.add_argument("--json", action="store_true", help="print total_gb, breakdown, fits as JSON")
 
-    s = sub.add_parser("cost", help="what N GPUs for H hours cost on each provider and billing")
+    s = sub.add_parser("cost", help="estimate before renting: N GPUs for H hours on each provider")
     s.add_argument("gpu", nargs="?", help="GPU, matched loosely (4090, 'H100 SXM')")
     s.add_argument("--gpu", dest="gpu_opt", metavar="NAME", help="the same, as an option")
     s.add_argument("--count", type=int, default=1, help="GPUs (default 1)")
