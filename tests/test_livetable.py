@@ -78,3 +78,25 @@ async def test_a_cell_wider_than_its_column_ends_in_an_ellipsis():
         await pilot.pause()
         assert lines(app)[1] == " NVIDIA …  100%"
         assert table.visible_keys()[:2] == ["r0", "r1"] and len(table.visible_keys()) == 9
+
+
+async def test_rows_drawn_before_a_focus_change_take_the_new_background():
+    from textual.widgets import Input
+
+    class WithInput(TableApp):
+        def compose(self) -> ComposeResult:
+            yield LiveTable(id="t")
+            yield Input()
+
+    app = WithInput()
+    async with app.run_test(size=(40, 10)) as pilot:
+        table = app.query_one(LiveTable)
+        await pilot.pause()
+
+        def backgrounds(y: int) -> set:
+            return {seg.style.bgcolor for seg in table.render_line(y) if seg.style}
+
+        assert backgrounds(3) == {table.rich_style.bgcolor}  # cached while focused
+        app.query_one(Input).focus()
+        await pilot.pause()
+        assert backgrounds(3) == {table.rich_style.bgcolor}  # not the focused tint any more
