@@ -20,6 +20,7 @@ from gputui.ui.livetable import LiveTable
 from gputui.ui.monitor import (
     MonitorScreen,
     bar,
+    fit_name,
     fmt_age,
     fmt_mem,
     overview_columns,
@@ -272,6 +273,12 @@ def test_bars_sparklines_and_ages_read_without_colour() -> None:
     assert fmt_age(0.42) == "0.4s" and fmt_age(75) == "75s" and fmt_age(600) == "10m"
     assert fmt_mem(10240, 24564) == "10.0/24.0G" and fmt_mem(1024, 144384) == "1/141G"
     assert isinstance(bar(1, 1), Text)
+
+
+def test_long_instance_names_keep_the_end_that_tells_them_apart() -> None:
+    a, b = fit_name("rtx-4090-00d7", 12), fit_name("rtx-4090-8c1e", 12)
+    assert a == "rtx-409…00d7" and b == "rtx-409…8c1e" and len(a) == 12
+    assert fit_name("a100", 12) == "a100" and fit_name("abcdefgh", 5) == "abcd…"
 
 
 OVERVIEW_80x24 = """\

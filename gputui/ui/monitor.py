@@ -158,6 +158,17 @@ def short_name(name: str | None) -> str:
     return name.strip()
 
 
+def fit_name(name: str, width: int) -> str:
+    """`name` in `width` cells, cut in the middle: generated names differ at the end
+    ("rtx-4090-00d7", "rtx-4090-8c1e"), so the end is what must stay visible."""
+    if len(name) <= width:
+        return name
+    if width < 6:
+        return name[:max(0, width - 1)] + "…"
+    tail = max(4, width // 3)
+    return name[:width - 1 - tail] + "…" + name[-tail:]
+
+
 def mem_pct(s: GpuSample) -> float | None:
     if s.memory_used_mib is None or not s.memory_total_mib:
         return None
@@ -459,7 +470,8 @@ class MonitorScreen(BaseScreen):
         st = self._status(iid)
         state, style = state_label(st, inst)
         latest = self._latest(iid) if (st is None or st.watching) else []
-        name = Text(("▾ " if latest else "▸ ") + inst.name, style="bold")
+        room = (self._ov_cols[0].width or 14) - 2 if self._ov_cols else 12
+        name = Text(("▾ " if latest else "▸ ") + fit_name(inst.name, room), style="bold")
         total_used = sum(s.memory_used_mib or 0 for s in latest)
         total_mem = sum(s.memory_total_mib or 0 for s in latest)
         draw = sum(s.power_draw_w or 0 for s in latest)
