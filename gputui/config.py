@@ -108,10 +108,18 @@ class SandboxSettings(_Section):
     enabled: bool = True
 
 
+LAMBDA_KEY_ENV = "LAMBDA_API_KEY"
+
+
 class LambdaSettings(_Section):
     enabled: bool = False
     base_url: str | None = None
     api_key: str | None = None  # prefer LAMBDA_API_KEY; a file holding it must be 0600
+
+    def wanted(self, env: Any = None) -> bool:
+        """Use the provider? When `[providers.lambda] enabled` or `LAMBDA_API_KEY` is set."""
+        env = os.environ if env is None else env
+        return bool(self.enabled or (env.get(LAMBDA_KEY_ENV) or "").strip())
 
 
 class ProviderSettings(_Section):

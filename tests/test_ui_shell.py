@@ -159,3 +159,54 @@ async def test_broken_theme_file_warns_and_falls_back(gputui_home: Path):
         messages = [n.message for n in app._notifications]
         assert any("broken.toml" in m and "not a colour" in m for m in messages)
         assert any("unknown theme 'broken'" in m for m in messages)
+
+
+FIRST_FRAME_MODULES = """
+import sys
+from gputui.app import GpuTuiApp
+from gputui.config import load_config
+
+async def auto(pilot):
+    await pilot.pause()
+    pilot.app.exit()
+
+GpuTuiApp(config=load_config(), background=False).run(headless=True, auto_pilot=auto)
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def test_the_first_frame_loads_no_provider_client_or_ssh(gputui_home: Path):
+    """Start-up time: the Lambda client, the sandbox and asyncssh load when first used."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = dict(os.environ, GPUTUI_HOME=str(gputui_home), LAMBDA_API_KEY="set-but-unused",
+               PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", FIRST_FRAME_MODULES], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=60, check=True)
+    loaded = set(out.stdout.split())
+    assert "gputui.ui.home" in loaded  # it did draw Home
+    for lazy in ("gputui.providers.lambda_cloud", "gputui.providers.sandbox", "asyncssh",
+                 "httpx", "gputui.services.costs"):
+        assert lazy not in loaded, lazy
+
+
+async def test_a_provider_that_cannot_be_made_is_left_out_with_a_reason(gputui_home: Path):
+    from gputui.services.hub import InvalidRequest, Services
+
+    cfg = Config()
+    cfg.providers.lambda_cloud.enabled = True
+    cfg.providers.lambda_cloud.base_url = "not a url"
+    store = SessionStore(gputui_home / "state.db")
+    notices: list[str] = []
+    store.subscribe(lambda ev: notices.append(getattr(ev, "text", "")))
+    svc = Services(store, cfg, state_dir=gputui_home)
+    assert "lambda" in svc.providers  # wanted; made on first use
+    with pytest.raises(InvalidRequest, match="unknown or disabled provider 'lambda'"):
+        svc.provider("lambda")
+    assert any("lambda" in n.lower() for n in notices)  # said why
+    assert [name for name, _ in svc.providers.items()] == ["sandbox", "ssh"]
+    await svc.close()

@@ -58,6 +58,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gputui.config import LAMBDA_KEY_ENV
 from gputui.models import (
     BillingRule,
     Granularity,
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://cloud.lambda.ai/api/v1"
-ENV_KEY = "LAMBDA_API_KEY"
+ENV_KEY = LAMBDA_KEY_ENV
 ENV_BASE = "LAMBDA_API_BASE"
 SSH_USER = "ubuntu"  # Lambda's default user on its images
 SSH_PORT = 22
@@ -142,8 +143,7 @@ _CREDENTIAL = re.compile(r"\b(Bearer|Basic)\s+([A-Za-z0-9._~+/=-]{8,})", re.I)
 
 def lambda_enabled(config: Config, env: Mapping[str, str] | None = None) -> bool:
     """Register the provider? When `[providers.lambda] enabled` or `LAMBDA_API_KEY` is set."""
-    env = os.environ if env is None else env
-    return bool(config.providers.lambda_cloud.enabled or (env.get(ENV_KEY) or "").strip())
+    return config.providers.lambda_cloud.wanted(env)
 
 
 def resolve_key(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,60 @@ class InvalidRequest(ServiceError):
     """The request itself is wrong (unknown GPU or provider, a name in use): bad input."""
 
 
+class ProviderSet(MutableMapping[str, "Provider"]):
+    """The providers this session may use, each made when first asked for: the console's first
+    frame does not pay for importing the Lambda client and the sandbox. One that cannot be made
+    says why (a notice) and is left out."""
+
+    def __init__(self, factories: dict[str, Callable[[], Provider | None]]) -> None:
+        self._factories = dict(factories)
+        self._made: dict[str, Provider] = {}
+
+    def __getitem__(self, name: str) -> Provider:
+        made = self._made.get(name)
+        if made is not None:
+            return made
+        factory = self._factories.get(name)
+        provider = factory() if factory is not None else None
+        if provider is None:
+            self._factories.pop(name, None)
+            raise KeyError(name)
+        self._made[name] = provider
+        return provider
+
+    def __setitem__(self, name: str, provider: Provider) -> None:
+        self._made[name] = provider
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._made and name not in self._factories:
+            raise KeyError(name)
+        self._made.pop(name, None)
+        self._factories.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(dict.fromkeys([*self._factories, *self._made])))
+
+    def __len__(self) -> int:
+        return len(set(self._factories) | set(self._made))
+
+    def __contains__(self, name: object) -> bool:  # without making it
+        return name in self._made or name in self._factories
+
+    def items(self) -> list[tuple[str, Provider]]:  # type: ignore[override]
+        """Every provider that can be made (making them)."""
+        out = []
+        for name in list(self):
+            with contextlib.suppress(KeyError):
+                out.append((name, self[name]))
+        return out
+
+    def values(self) -> list[Provider]:  # type: ignore[override]
+        return [p for _, p in self.items()]
+
+    def made(self) -> list[Provider]:
+        return list(self._made.values())
+
+
 def new_instance_id() -> str:
     return uuid.uuid4().hex[:10]
 
@@ -62,9 +116,6 @@ class Services:
         link_options: dict[str, Any] | None = None,
         sandbox_boot_seconds: float = 1.5,
     ) -> None:
-        from gputui.providers.sandbox import SandboxProvider
-        from gputui.providers.ssh import SshProvider
-
         self.store = store
         self.config = config
         self.state_dir = state_dir or ensure_state_dir()
@@ -73,21 +124,36 @@ class Services:
         self._link_options = {"config": None, "connect_timeout": 10.0}
         self._link_options.update(link_options or {})
         ctx = ProviderContext(self.state_dir, config, self)
-        self.providers: dict[str, Provider] = {}
-        if config.providers.sandbox.enabled:
-            self.providers["sandbox"] = SandboxProvider(ctx, boot_seconds=sandbox_boot_seconds)
-        self.providers["ssh"] = SshProvider(ctx)
-        from gputui.providers.lambda_cloud import LambdaProvider, lambda_enabled
 
-        if lambda_enabled(config):  # [providers.lambda] enabled = true, or LAMBDA_API_KEY set
+        def sandbox() -> Provider:
+            from gputui.providers.sandbox import SandboxProvider
+
+            return SandboxProvider(ctx, boot_seconds=sandbox_boot_seconds)
+
+        def ssh() -> Provider:
+            from gputui.providers.ssh import SshProvider
+
+            return SshProvider(ctx)
+
+        def lambda_cloud() -> Provider | None:
+            from gputui.providers.lambda_cloud import LambdaProvider
+
             try:
-                lambda_provider = LambdaProvider(ctx)
+                made = LambdaProvider(ctx)
             except ProviderError as exc:  # e.g. a malformed base_url
                 store.notify(str(exc), "error")
-            else:
-                self.providers["lambda"] = lambda_provider
-                for warning in lambda_provider.warnings:  # e.g. config.toml not 0600
-                    store.notify(warning, "warning")
+                return None
+            for warning in made.warnings:  # e.g. config.toml not 0600
+                store.notify(warning, "warning")
+            return made
+
+        factories: dict[str, Callable[[], Provider | None]] = {}
+        if config.providers.sandbox.enabled:
+            factories["sandbox"] = sandbox
+        factories["ssh"] = ssh
+        if config.providers.lambda_cloud.wanted():  # enabled = true, or LAMBDA_API_KEY set
+            factories["lambda"] = lambda_cloud
+        self.providers = ProviderSet(factories)
 
     @cached_property
     def known_hosts(self) -> KnownHosts:
@@ -343,7 +409,7 @@ class Services:
                 await self.ollama.close()
         if "links" in self.__dict__:
             await self.links.close_all()
-        for provider in self.providers.values():
+        for provider in self.providers.made():  # not the ones never used
             closer = getattr(provider, "close", None)
             if closer is not None:
                 with contextlib.suppress(Exception):

@@ -18,9 +18,14 @@ import math
 import shlex
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
 from gputui.services.hub import ServiceError, Services
+
+if TYPE_CHECKING:
+    from gputui.services.costs import BudgetWatch
 
 WARN_MINUTES = (10, 1)
 WATCHDOG_FILE = ".gputui-idle-watchdog.sh"
@@ -78,12 +83,15 @@ class LeaseService:
                  *, idle_interval_s: int = 60) -> None:
         self.services = services
         self.idle_interval_s = idle_interval_s
-        from gputui.services.costs import BudgetWatch
-
-        self.budget_watch = BudgetWatch()
         self._idle_since: dict[str, datetime] = {}
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
+
+    @cached_property
+    def budget_watch(self) -> BudgetWatch:  # made at the first tick, not before the first frame
+        from gputui.services.costs import BudgetWatch
+
+        return BudgetWatch()
 
     # -- arming ---------------------------------------------------------------------------------
 
