@@ -22,14 +22,16 @@ EMPTY_HINT = (
 )
 
 # Most important first: a narrow pane cuts from the right.
+# What matters most first: at 80 columns the table shows through "Link" (the top bar has the
+# total $/h, and Costs each instance's).
 COLUMNS = [
     ("name", "Name"),
     ("gpu", "GPU"),
     ("status", "Status"),
     ("release", "Release in"),
     ("cost", "Cost"),
-    ("rate", "$/h"),
     ("link", "Link"),
+    ("rate", "$/h"),
     ("provider", "Provider"),
 ]
 LINK_MARK = {"connected": "ok", "connecting": "…", "reconnecting": "retrying", "failed": "FAILED"}
