@@ -100,3 +100,34 @@ async def test_rows_drawn_before_a_focus_change_take_the_new_background():
         app.query_one(Input).focus()
         await pilot.pause()
         assert backgrounds(3) == {table.rich_style.bgcolor}  # not the focused tint any more
+
+
+async def test_any_sequence_of_changes_keeps_rows_order_and_cursor_consistent():
+    """Rows come and go under the cursor all the time in the monitor (instances start, stop,
+    gain GPUs); whatever happens, the table's order, index and cursor agree (seeded fuzz)."""
+    import random
+
+    rng = random.Random(6)
+    app = TableApp()
+    async with app.run_test(size=(40, 10)):
+        table = app.query_one(LiveTable)
+        for _ in range(300):
+            table.clear()
+            for _ in range(rng.randint(0, 40)):
+                kind, key = rng.choice(["set", "set", "remove", "move", "sort"]), f"r{rng.randint(0, 9)}"
+                if kind == "set":
+                    table.set_row(key, [Text(key), Text(str(rng.randint(0, 3)))])
+                elif kind == "remove":
+                    table.remove_row(key)
+                elif kind == "move":
+                    table.move_cursor(row=rng.randint(-2, 12))
+                else:
+                    table.sort("util", key=lambda cell: cell.plain)
+                keys = table.row_keys()
+                assert set(keys) == set(table.rows) and len(keys) == table.row_count
+                assert all(table.get_row_index(k) == i for i, k in enumerate(keys))
+                if keys:
+                    assert 0 <= table.cursor_row < len(keys) and table.cursor_key in table.rows
+                else:
+                    assert table.cursor_key is None and table.cursor_row == -1
+                assert len(table.visible_keys()) <= 9
