@@ -6,6 +6,7 @@ Money is `Decimal`, never float. Times are timezone-aware UTC datetimes inside t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
@@ -367,3 +368,29 @@ class HostInventory(_Model):
     cuda_version: str | None = None
     gpus: list[GpuInventory] = Field(default_factory=list)
     processes: list[ProcessSample] = Field(default_factory=list)
+
+
+# --- what the monitor's hints say ----------------------------------------------------------------
+
+_HINT_SHORT = {
+    "imbalance": "split?",
+    "idle-memory": "idle mem",
+    "low-util": "<50% util",
+    "memory-full": "mem full",
+    "thermal": "hot",
+    "power-cap": "power cap",
+}
+
+
+@dataclass(frozen=True)
+class Hint:
+    """Where the seed guides say to look. `code` is stable (tests, UI marks)."""
+
+    code: str  # imbalance | idle-memory | low-util | memory-full | thermal | power-cap
+    text: str
+    gpu_index: int | None = None
+    severity: str = "warning"
+
+    @property
+    def short(self) -> str:
+        return _HINT_SHORT.get(self.code, self.code)

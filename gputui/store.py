@@ -3,8 +3,9 @@
 - Durable state (instances, leases, the ledger) lives in SQLite (stdlib sqlite3, WAL, one short
   transaction per change). A second process (`gputui reap` from cron, a headless command) can
   work on the same file at once: read-modify-write changes run inside `BEGIN IMMEDIATE`.
-- Telemetry lives in memory only: the latest reading per GPU and a bounded history of the
-  figures the screens chart, as flat float arrays.
+- Telemetry lives in memory only: per instance, the latest reading per GPU, a bounded history
+  of the figures the screens chart (flat float arrays), processes, the host's inventory and the
+  hints — everything the Monitor draws, so screens read the store and nothing else.
 - Every change is published as a typed event. Services write here; screens subscribe.
   Changes made by another process are noticed through a change log table (`poll_external`).
 """
@@ -26,6 +27,8 @@ from pydantic import BaseModel, ValidationError
 
 from gputui.models import (
     GpuSample,
+    Hint,
+    HostInventory,
     Instance,
     Lease,
     LedgerEntry,
@@ -148,6 +151,8 @@ class InstanceTelemetry:
     gpus: dict[int, GpuSample] = field(default_factory=dict)  # the latest reading per GPU
     history: dict[int, GpuHistory] = field(default_factory=dict)
     processes: list[ProcessSample] = field(default_factory=list)
+    inventory: HostInventory | None = None  # `nvidia-smi -q -x` (or NVML), once per connection
+    hints: tuple[Hint, ...] = ()  # what the latest readings suggest looking at
     updated: float | None = None  # monotonic time of the last sample
     skipped_lines: int = 0
     diagnosis: str | None = None
@@ -528,6 +533,16 @@ class SessionStore:
     def set_processes(self, instance_id: str, processes: list[ProcessSample]) -> None:
         self.telemetry(instance_id).processes = list(processes)
         self.emit(TelemetryChanged(instance_id))
+
+    def set_inventory(self, instance_id: str, inventory: HostInventory | None) -> None:
+        tel = self.telemetry(instance_id)
+        if tel.inventory != inventory:
+            tel.inventory = inventory
+            self.emit(TelemetryChanged(instance_id))
+
+    def set_hints(self, instance_id: str, hints: Sequence[Hint]) -> None:
+        """Quietly: hints change with samples, whose `add_samples` tells the screens."""
+        self.telemetry(instance_id).hints = tuple(hints)
 
     def set_diagnosis(self, instance_id: str, text: str | None) -> None:
         self.telemetry(instance_id).diagnosis = text

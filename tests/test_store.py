@@ -212,3 +212,17 @@ def test_gpu_history_keeps_the_newest_readings_in_order():
     assert h.last("util", 99) == [6.0, 7.0, 8.0, 9.0]
     assert h.last("mem_pct", 1) == [90.0]  # used / total, as the memory sparkline draws it
     assert h.last("power_w") == [106.0, 107.0, None, 109.0]  # N/A stays a gap, not a zero
+
+
+def test_inventory_and_hints_live_in_the_store(tmp_path: Path):
+    from gputui.models import GpuInventory, Hint, HostInventory
+
+    s = SessionStore(tmp_path / "state.db")
+    seen: list[object] = []
+    s.subscribe(seen.append)
+    inv = HostInventory(driver_version="570.124.06", gpus=[GpuInventory(index=0, name="L40S")])
+    s.set_inventory("a", inv)
+    s.set_inventory("a", inv.model_copy())  # the same again: no redraw
+    assert s.telemetry("a").inventory == inv and seen == [TelemetryChanged("a")]
+    s.set_hints("a", [Hint("thermal", "GPU 0 at 88 °C", gpu_index=0)])
+    assert [h.short for h in s.telemetry("a").hints] == ["hot"]

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputui.models import (
     GpuSample,
+    Hint,
     HostInventory,
     Instance,
     InstanceStatus,
@@ -174,30 +175,6 @@ def _service_diagnosis(message: str) -> Diagnosis:
 # --------------------------------------------------------------------------------------------
 # Hints
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Hint:
-    """Where the seed guides say to look. `code` is stable (tests, UI marks)."""
-
-    code: str  # imbalance | idle-memory | low-util | memory-full | thermal | power-cap
-    text: str
-    gpu_index: int | None = None
-    severity: str = "warning"
-
-    @property
-    def short(self) -> str:
-        return _HINT_SHORT.get(self.code, self.code)
-
-
-_HINT_SHORT = {
-    "imbalance": "split?",
-    "idle-memory": "idle mem",
-    "low-util": "<50% util",
-    "memory-full": "mem full",
-    "thermal": "hot",
-    "power-cap": "power cap",
-}
 
 
 @dataclass(frozen=True)
@@ -509,8 +486,6 @@ class _Watch:
     expected: set[int] = field(default_factory=set)
     flush_handle: asyncio.TimerHandle | None = None
     trends: dict[int, _Trend] = field(default_factory=dict)
-    hints: list[Hint] = field(default_factory=list)
-    inventory: HostInventory | None = None
     inventory_tried: float = 0.0
     need_inventory: bool = True
     diagnosis: Diagnosis | None = None
@@ -674,7 +649,7 @@ class TelemetryService:
                                         gpu="?", billing=BillingRule(price_per_hour=0)))
             self._watches[instance_id] = w
         if inventory is not None:
-            w.inventory = inventory
+            self.store.set_inventory(instance_id, inventory)
         if processes is not None:
             self.store.set_processes(instance_id, list(processes))
         self._record(w, list(samples))
@@ -687,6 +662,7 @@ class TelemetryService:
         if w is None:
             return
         self._cancel(w)
+        self.store.set_hints(instance_id, [])  # nothing to act on once it is not watched
 
     def sync(self, instances: Iterable[Instance]) -> None:
         """Watch exactly the running instances among `instances` (the App calls this with
@@ -742,12 +718,10 @@ class TelemetryService:
     # -- what the UI reads --------------------------------------------------------------------
 
     def inventory(self, instance_id: str) -> HostInventory | None:
-        w = self._watches.get(instance_id)
-        return w.inventory if w is not None else None
+        return self.store.telemetry(instance_id).inventory
 
     def hints(self, instance_id: str) -> list[Hint]:
-        w = self._watches.get(instance_id)
-        return list(w.hints) if w is not None else []
+        return list(self.store.telemetry(instance_id).hints)
 
     def diagnosis(self, instance_id: str) -> Diagnosis | None:
         w = self._watches.get(instance_id)
@@ -844,7 +818,8 @@ class TelemetryService:
         w.note = None
         w.diagnosis = None
         tel = self.store.telemetry(w.inst.id)
-        w.hints = evaluate_hints(samples, tel.processes, w.trends, now, self.rules)
+        self.store.set_hints(w.inst.id, evaluate_hints(samples, tel.processes, w.trends, now,
+                                                       self.rules))
         self.store.add_samples(w.inst.id, samples)  # clears the store's diagnosis, emits
 
     # -- the stream -----------------------------------------------------------------------------
@@ -919,9 +894,10 @@ class TelemetryService:
     # -- processes and inventory ----------------------------------------------------------------
 
     def _uuid_index(self, w: _Watch) -> dict[str, int]:
-        out = {s.uuid: s.index for s in self.store.telemetry(w.inst.id).latest() if s.uuid}
-        if w.inventory is not None:
-            for g in w.inventory.gpus:
+        tel = self.store.telemetry(w.inst.id)
+        out = {s.uuid: s.index for s in tel.latest() if s.uuid}
+        if tel.inventory is not None:
+            for g in tel.inventory.gpus:
                 if g.uuid:
                     out.setdefault(g.uuid, g.index)
         return out
@@ -950,16 +926,15 @@ class TelemetryService:
         except ServiceError:
             return
         now = self._clock()
-        missing_retry = w.inventory is None and now - w.inventory_tried >= 30.0
+        missing_retry = (self.store.telemetry(w.inst.id).inventory is None
+                         and now - w.inventory_tried >= 30.0)
         if w.need_inventory or missing_retry:
             w.inventory_tried = now
             try:
                 result = await link.run("nvidia-smi -q -x", timeout=30, connect_timeout=2.0)
                 if result.exit_status == 0:
-                    inv = parse_xml(result.stdout)
-                    w.inventory = inv
+                    self.store.set_inventory(w.inst.id, parse_xml(result.stdout))
                     w.need_inventory = False
-                    self._touch(w.inst.id)
             except NvsmiParseError:
                 w.need_inventory = False
             except SSHLayerError:
@@ -1018,7 +993,7 @@ class TelemetryService:
                 self._set_diagnosis(w, _internal_diagnosis(exc))
                 delay = 30.0
             else:
-                w.inventory = reading.inventory
+                self.store.set_inventory(LOCAL_ID, reading.inventory)
                 procs = list(reading.processes)
                 if procs != self.store.telemetry(LOCAL_ID).processes:
                     self.store.set_processes(LOCAL_ID, procs)
