@@ -249,3 +249,24 @@ async def test_local_nvml_without_a_driver_is_a_diagnosis(services: Services,
     diag = await wait_for(lambda: telemetry.diagnosis(LOCAL_ID), what="NVML diagnosis")
     assert diag.code == "nvml-library-missing"
     assert telemetry.status(LOCAL_ID).watching
+
+
+async def test_stopping_a_watch_is_not_lost_when_a_wake_up_arrives_at_once(services: Services):
+    """Python 3.11's asyncio.wait_for swallows a cancellation that lands as the awaited thing
+    finishes; a slow loop caught that way would never stop (a leaked task per instance)."""
+    from gputui.models import BillingRule, Instance
+    from gputui.remote.diagnose import DIAGNOSES
+    from gputui.services.telemetry import _Watch
+
+    tel = make_telemetry(services)
+    w = _Watch(Instance(id="x", name="x", provider="replay", gpu="?",
+                        billing=BillingRule(price_per_hour=0)))
+    w.diagnosis = DIAGNOSES["driver-not-loaded"]  # the tick returns at once: only the wait runs
+    for _ in range(20):
+        task = asyncio.create_task(tel._slow_loop(w))
+        await asyncio.sleep(0.01)  # parked in the wait for a wake-up
+        w.wake.set()
+        task.cancel()  # in the same step: the wait finishes as the cancel lands
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 2)
+    await tel.close()

@@ -378,10 +378,8 @@ class Link:
         if not trusted:
             return None
         try:
-            key = await asyncio.wait_for(
-                asyncssh.get_server_host_key(ep.host, ep.port, config=None),
-                self.connect_timeout,
-            )
+            async with asyncio.timeout(self.connect_timeout):
+                key = await asyncssh.get_server_host_key(ep.host, ep.port, config=None)
         except (OSError, asyncssh.Error, TimeoutError):
             return None
         if key is None or key in trusted:
@@ -465,7 +463,8 @@ class Link:
             ready = self._ensure_supervisor()
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
             try:
-                conn = await asyncio.wait_for(asyncio.shield(ready), remaining)
+                async with asyncio.timeout(remaining):
+                    conn = await asyncio.shield(ready)
             except TimeoutError:
                 raise LinkDown(
                     f"{self.name} is not connected ({self.detail or self.state.value})"
@@ -650,7 +649,8 @@ class Link:
                     failed = exc
                 if failed is None:
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(proc.wait_closed(), 5)
+                        async with asyncio.timeout(5):
+                            await proc.wait_closed()
                 status, exit_signal = proc.exit_status, proc.exit_signal
             finally:
                 proc.close()
@@ -676,7 +676,8 @@ class Link:
         """After an error on `conn`: True when the connection is gone (the supervisor will
         reconnect, so a stream may start again), False when it is still up."""
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(conn.wait_closed(), 1.0)
+            async with asyncio.timeout(1.0):
+                await conn.wait_closed()
         return conn.is_closed() and not self._closed
 
     # -- port forwards ------------------------------------------------------------------------
@@ -758,7 +759,8 @@ class Link:
         if conn is not None:
             conn.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.wait_closed(), 5)
+                async with asyncio.timeout(5):
+                    await conn.wait_closed()
         if sup is not None:
             await asyncio.gather(sup, return_exceptions=True)
         if self._ready is not None and not self._ready.done():

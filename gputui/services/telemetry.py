@@ -912,7 +912,8 @@ class TelemetryService:
             except Exception as exc:  # noqa: BLE001 - keep going; the stream reports the link
                 w.process_note = sanitize(str(exc), 200) or type(exc).__name__
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(w.wake.wait(), self.process_interval)
+                async with asyncio.timeout(self.process_interval):
+                    await w.wake.wait()
 
     async def _slow_tick(self, w: _Watch) -> None:
         from gputui.remote.ssh import SSHLayerError
@@ -999,7 +1000,8 @@ class TelemetryService:
                     self.store.set_processes(LOCAL_ID, procs)
                 self._record(w, list(reading.samples))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(w.wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await w.wake.wait()
 
     # -- killing a process --------------------------------------------------------------------------
 
