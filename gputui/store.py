@@ -472,6 +472,18 @@ class SessionStore:
         self.emit(InstanceChanged(instance_id))
         return True
 
+    def amend_ledger_sync(self, entry: LedgerEntry, ended: Instance) -> None:
+        """Correct an ended instance's ledger entry (one written off that turns out to have run)."""
+        with self._tx() as conn:
+            conn.execute("UPDATE ledger SET data=?, ended=? WHERE instance_id=?",
+                         (entry.model_dump_json(), entry.ended_at.timestamp(), entry.instance_id))
+            conn.execute("UPDATE instances SET data=?, live=0, updated=? WHERE id=?",
+                         (ended.model_dump_json(), time.time(), ended.id))
+            self._log_change(conn, "ledger", entry.instance_id)
+            self._log_change(conn, "instances", ended.id)
+        self.emit(LedgerChanged(entry.instance_id))
+        self.emit(InstanceChanged(ended.id))
+
     def ledger_sync(self) -> list[LedgerEntry]:
         rows = self._query("SELECT instance_id, data FROM ledger ORDER BY ended")
         return [self._load(LedgerEntry, d, f"ledger entry {i}") for i, d in rows]
@@ -506,6 +518,9 @@ class SessionStore:
 
     async def end_instance(self, instance_id: str, entry: LedgerEntry, ended: Instance) -> bool:
         return await _to_thread(self.end_instance_sync, instance_id, entry, ended)
+
+    async def amend_ledger(self, entry: LedgerEntry, ended: Instance) -> None:
+        await _to_thread(self.amend_ledger_sync, entry, ended)
 
     async def ledger(self) -> list[LedgerEntry]:
         return await _to_thread(self.ledger_sync)

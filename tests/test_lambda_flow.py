@@ -272,3 +272,34 @@ async def test_a_launch_that_never_happened_is_given_up_after_a_while(services: 
     assert not gone.status.live and "never launched" in (gone.status_detail or "")
     [entry] = services.store.ledger_sync()
     assert entry.end_reason == "failed" and entry.compute_cost == 0
+
+
+async def test_an_instance_launched_for_a_written_off_record_is_terminated(
+        services: Services, emu: LambdaEmulator):
+    """A record given up as never launched, whose launch did happen (Lambda's listing lagged):
+    `gputui reap` finds it by its tag, terminates it and corrects the ledger."""
+    offer = await services.find_offer("lambda", "A10")
+    provider = services.provider("lambda")
+    inst = Instance(id="lost01", name="job", provider="lambda", gpu=offer.gpu,
+                    billing=offer.billing, region=offer.region, offer_id=offer.offer_id,
+                    created_at=utcnow() - timedelta(minutes=20))
+    await services.store.put_instance(inst)
+    await services._fail(inst, "never launched at Lambda (no instance carries its tag)")
+    [entry] = services.store.ledger_sync()
+    assert entry.compute_cost == 0
+    body = {"region_name": "test-east-1", "instance_type_name": "gpu_1x_a10",
+            "ssh_key_names": [await provider.ensure_ssh_key()],
+            "tags": [{"key": "gputui-id", "value": inst.id}]}
+    async with httpx.AsyncClient(base_url=emu.base_url, timeout=5,
+                                 headers={"Authorization": f"Bearer {TEST_KEY}"}) as http:
+        [pid] = (await http.post("/instance-operations/launch", json=body)).json()["data"][
+            "instance_ids"]
+    notices: list[str] = []
+    services.store.subscribe(lambda ev: notices.append(getattr(ev, "text", "")))
+    result = await LeaseService(services).reap()
+    assert result.released == ["job"] and emu.status(pid) == "terminating"
+    [entry] = services.store.ledger_sync()
+    assert entry.end_reason == "failed" and entry.compute_cost > 0  # ~20 min of an A10
+    assert entry.running_seconds >= 20 * 60
+    assert any("launched after all" in n for n in notices)
+    assert (await LeaseService(services).reap()).released == []  # once only

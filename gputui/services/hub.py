@@ -10,6 +10,7 @@ import contextlib
 import shlex
 import uuid
 from collections.abc import Callable, Iterator, MutableMapping
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -264,6 +265,53 @@ class Services:
         """Names are how people and scripts refer to instances: two live ones may not share one."""
         if any(i.name == name for i in self.store.instances_sync(live_only=True)):
             raise InvalidRequest(f"an instance named {name!r} is running already; choose another name")
+
+    async def sweep_strays(self, *, within: timedelta = timedelta(days=2)) -> list[str]:
+        """Find instances a provider runs for a record this store wrote off as never launched
+        (a launch answer lost, and the provider's listing showed nothing for 15 minutes), and
+        terminate them: nobody is watching them and no timer covers them. Their ledger entry
+        is corrected to what they ran. Asks a provider only when there is such a record."""
+        now = utcnow()
+        written_off = [i for i in await self.store.instances()
+                       if i.status == InstanceStatus.FAILED and i.provider_id is None
+                       and i.ended_at is not None and now - i.ended_at < within]
+        swept: list[str] = []
+        for inst in written_off:
+            provider = self.providers.get(inst.provider)
+            find = getattr(provider, "find_tagged", None)
+            if provider is None or find is None:
+                continue
+            try:
+                found = await find(inst.id)
+            except ProviderError as exc:
+                self.store.notify(f"could not check for a stray {inst.name}: {exc}", "warning")
+                continue
+            if found is None or found.get("status") in ("terminating", "terminated"):
+                continue
+            pid = str(found.get("id"))
+            ran = inst.model_copy(update={
+                "provider_id": pid, "running_since": inst.created_at, "billed_running_seconds": 0,
+                "status": InstanceStatus.RUNNING, "ended_at": None, "end_reason": None})
+            try:
+                await provider.release(ran)
+            except ProviderError as exc:
+                self.store.notify(
+                    f"{inst.name} was launched after all ({inst.provider} instance {pid}) and "
+                    f"terminating it failed: {exc} — terminate it in the provider's dashboard",
+                    "error", bell=True, instance_id=inst.id)
+                continue
+            ended = utcnow()
+            ran.mark_ended(ended, "failed")
+            ran.status_detail = (f"launched after all (found by its tag as {pid}); "
+                                 "terminated by gputui")
+            entry = LedgerEntry.from_instance(ran, "failed", ended)
+            await self.store.amend_ledger(entry, ran)
+            self.store.notify(
+                f"{inst.name} had been launched after all and ran unwatched; terminated it "
+                f"(billed about {entry.compute_cost} {entry.currency})", "warning", bell=True,
+                instance_id=inst.id)
+            swept.append(inst.name)
+        return swept
 
     async def _fail(self, inst: Instance, why: str) -> None:
         failed = inst.model_copy(update={"status_detail": why})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -71,6 +72,9 @@ def start_watchdog_command(util_pct: float, minutes: float, interval_s: int = 60
     )
 
 
+SWEEP_EVERY_S = 300.0  # the console looks for strays this often; `gputui reap` every run
+
+
 @dataclass
 class ReapResult:
     released: list[str]
@@ -83,6 +87,7 @@ class LeaseService:
                  *, idle_interval_s: int = 60) -> None:
         self.services = services
         self.idle_interval_s = idle_interval_s
+        self._swept: float | None = None  # when written-off records were last checked
         self._idle_since: dict[str, datetime] = {}
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
@@ -210,6 +215,9 @@ class LeaseService:
                     result.errors.append(f"{inst.name}: re-arming: {exc}")
             await self._warn(inst, lease, now, result)
         await self._budgets(now, result)
+        if refresh and (self._swept is None or time.monotonic() - self._swept >= SWEEP_EVERY_S):
+            self._swept = time.monotonic()
+            result.released += await self.services.sweep_strays()
         return result
 
     async def _budgets(self, now: datetime, result: ReapResult) -> None:
@@ -285,5 +293,6 @@ class LeaseService:
                 break
 
     async def reap(self, now: datetime | None = None) -> ReapResult:
-        """Headless: refresh every live instance, release what is overdue. Idempotent."""
+        """Headless: refresh every live instance, release what is overdue, and terminate any
+        instance launched for a record that was written off. Idempotent."""
         return await self.tick(now, refresh=True)
