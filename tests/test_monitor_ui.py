@@ -275,6 +275,15 @@ def test_bars_sparklines_and_ages_read_without_colour() -> None:
     assert isinstance(bar(1, 1), Text)
 
 
+def test_overview_columns_fit_every_width_and_a_100_column_pane_has_history() -> None:
+    for width in range(80, 221):
+        cols = overview_columns(width)
+        drawn = sum(c.width + 2 for c in cols)  # each column has a blank cell either side
+        assert drawn <= width - 2, width  # room left for the scrollbar: nothing is cut off
+        assert ("hist" in [c.key for c in cols]) == (width >= 96), width
+    assert [c.key for c in overview_columns(100)][-2:] == ["hist", "note"]
+
+
 def test_long_instance_names_keep_the_end_that_tells_them_apart() -> None:
     a, b = fit_name("rtx-4090-00d7", 12), fit_name("rtx-4090-8c1e", 12)
     assert a == "rtx-409…00d7" and b == "rtx-409…8c1e" and len(a) == 12

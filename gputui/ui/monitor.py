@@ -236,7 +236,8 @@ WIDE_EXTRA = [
     Column("sm", "SM MHz", 6),
     Column("hist", "Util history", 30),
 ]
-WIDE_AT = 120
+WIDE_AT = 136  # where fan, SM clock and a 30-cell history fit beside a readable note
+HISTORY_AT = 96  # a tmux pane beside a training run is often ~100 columns: room for a sparkline
 
 
 def overview_columns(width: int) -> list[Column]:
@@ -244,6 +245,8 @@ def overview_columns(width: int) -> list[Column]:
     if width >= WIDE_AT:
         cols += WIDE_EXTRA
         cols[0] = Column("gpu", "Instance / GPU", 24)
+    elif width >= HISTORY_AT:
+        cols.append(Column("hist", "Util history", min(30, width - 84)))
     used = sum((c.width or 0) + 2 for c in cols)
     note = max(10, width - used - 4)
     cols.append(Column("note", "State / hints", note))
