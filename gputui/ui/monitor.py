@@ -454,7 +454,7 @@ class MonitorScreen(BaseScreen):
                 text += f" · ⚑ {hints} hint{'' if hints == 1 else 's'}"
             if self.view == "detail":
                 text += " · esc: all instances · [ ] prev/next"
-            else:
+            elif self._instances:
                 text += " · enter details"
         status = self.query_one("#mon-status", Static)
         show(status, Text(text))
