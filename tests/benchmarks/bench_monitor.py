@@ -1,6 +1,7 @@
 """Monitor benchmarks (issue 6), reported as ratios and shares, not as timed tests.
 
     python tests/benchmarks/bench_monitor.py [--seconds 60] [--instances 64] [--gpus 8]
+        [--size 200x60]
 
 1. The console with 64 instances × 8 GPUs at a 1 s refresh: samples arrive for every GPU every
    second, each instance at its own phase within the second as independent streams do (fed through the telemetry service exactly as streamed lines are recorded); the
@@ -37,7 +38,8 @@ def rss_mib() -> float:
     return 0.0
 
 
-async def console_under_load(seconds: float, n_instances: int, n_gpus: int) -> None:
+async def console_under_load(seconds: float, n_instances: int, n_gpus: int,
+                             size: tuple[int, int] = (200, 60)) -> None:
     from gputui.app import GpuTuiApp
     from gputui.config import Config
     from gputui.models import BillingRule, GpuSample, Instance, InstanceStatus, utcnow
@@ -58,7 +60,7 @@ async def console_under_load(seconds: float, n_instances: int, n_gpus: int) -> N
     delays = [0] * 5001  # a histogram in ms (a list of every delay would grow the heap)
     sent: dict[str, float] = {}
 
-    async with app.run_test(size=(200, 60)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await pilot.press("m")
         await pilot.pause()
         telemetry = app.telemetry
@@ -102,7 +104,8 @@ async def console_under_load(seconds: float, n_instances: int, n_gpus: int) -> N
         if seen >= 0.99 * total:
             p99 = (ms + 1) / 1000  # the upper edge of the bucket
             break
-    print(f"1. console: {n_instances} instances × {n_gpus} GPUs at 1 s for {wall:.0f} s")
+    print(f"1. console at {size[0]}×{size[1]}: {n_instances} instances × {n_gpus} GPUs at 1 s "
+          f"for {wall:.0f} s")
     print(f"   CPU of the console process: {cpu / wall:.1%} of one core "
           "(includes feeding the samples; target < 15 %)")
     print(f"   sample → screen delay p99: {p99 * 1000:.0f} ms = {p99:.2f}× the interval "
@@ -147,8 +150,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--instances", type=int, default=64)
     parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--size", default="200x60", help="terminal size, e.g. 80x24")
     args = parser.parse_args()
-    asyncio.run(console_under_load(args.seconds, args.instances, args.gpus))
+    width, _, height = args.size.partition("x")
+    asyncio.run(console_under_load(args.seconds, args.instances, args.gpus,
+                                   (int(width), int(height))))
     host_load(min(args.seconds, 20))
     return 0
 
