@@ -292,7 +292,7 @@ def test_long_instance_names_keep_the_end_that_tells_them_apart() -> None:
 
 OVERVIEW_80x24 = """\
  every 0.5 s (+/-) · 1 instance · 1 GPU · enter details
- Instance / GPU  Util        Memory            Temp  Power      State / hints
+ Instance / GPU  Util        Memory GiB        Temp  Power      State / hints
  ▾ a100          1× GPU      0.0/40.0G               67/400W    live
   0 A100-SXM4-…  ·····  N/A  ····· 0.0/40.0G   36°   67/400W
     └ 3g.20gb    GI1 CI0     ····· 0.0/19.5G                    MIG

@@ -227,7 +227,7 @@ class Column:
 NARROW = [
     Column("gpu", "Instance / GPU", 14),
     Column("util", "Util", 10),
-    Column("mem", "Memory", 16),
+    Column("mem", "Memory GiB", 16),
     Column("temp", "Temp", 4),
     Column("power", "Power", 9),
 ]
