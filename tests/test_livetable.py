@@ -131,3 +131,16 @@ async def test_any_sequence_of_changes_keeps_rows_order_and_cursor_consistent():
                 else:
                     assert table.cursor_key is None and table.cursor_row == -1
                 assert len(table.visible_keys()) <= 9
+
+
+async def test_new_widths_keep_rows_and_cursor_new_columns_do_not():
+    app = TableApp()
+    async with app.run_test(size=(40, 10)) as pilot:
+        table = app.query_one(LiveTable)
+        await pilot.press("down", "down")
+        table.set_columns([LiveColumn("name", "Name", 12), LiveColumn("util", "Util", 5)])
+        await pilot.pause()
+        assert table.row_count == 30 and table.cursor_key == "r2"  # a resized pane
+        assert lines(app)[1] == " row 0         0%"
+        table.set_columns([LiveColumn("gpu", "GPU", 5)])
+        assert table.row_count == 0 and table.cursor_key is None

@@ -153,11 +153,15 @@ class LiveTable(ScrollView, can_focus=True):
     # -- changing ------------------------------------------------------------------------------------
 
     def set_columns(self, columns: Iterable[LiveColumn]) -> None:
-        """New columns drop every row (their cells no longer line up)."""
-        self._columns = list(columns)
-        self._order, self._index, self._cells, self._strips = [], {}, {}, {}
+        """New columns drop every row (their cells no longer line up); the same columns at
+        other widths keep the rows and the cursor."""
+        columns = list(columns)
+        if [c.key for c in columns] != [c.key for c in self._columns]:
+            self._order, self._index, self._cells = [], {}, {}
+            self._cursor = 0
+        self._columns = columns
+        self._strips = {}
         self._header = None
-        self._cursor = 0
         self._sized()
         self.refresh()
 

@@ -310,7 +310,6 @@ class MonitorScreen(BaseScreen):
         super().on_mount()
         self._instances: list[Instance] = []
         self._ov_cols: list[Column] = []
-        self._ov_cells: dict[str, dict[str, Text]] = {}
         self._ov_keys: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
         self._refreshed: dict[str, float] = {}  # monotonic time each instance was last drawn
@@ -336,7 +335,7 @@ class MonitorScreen(BaseScreen):
 
     def on_screen_resume(self) -> None:
         super().on_screen_resume()
-        if not hasattr(self, "_ov_cells"):
+        if not hasattr(self, "_ov_keys"):
             return
         self._reload_instances()
         self._refresh_all()
@@ -346,7 +345,7 @@ class MonitorScreen(BaseScreen):
         super().on_resize()
         if not hasattr(self, "_ov_cols"):
             return
-        if [c.key for c in overview_columns(self.size.width)] != [c.key for c in self._ov_cols]:
+        if overview_columns(self.size.width) != self._ov_cols:
             self._build_columns()
         self._refresh_all()
 
@@ -464,9 +463,10 @@ class MonitorScreen(BaseScreen):
     def _build_columns(self) -> None:
         table = self.query_one("#gpus", LiveTable)
         self._ov_cols = overview_columns(self.size.width or 80)
+        keys = [c.key for c in table.columns]
         table.set_columns(LiveColumn(c.key, c.label, c.width or 10) for c in self._ov_cols)
-        self._ov_cells = {}
-        self._ov_keys = {}
+        if [c.key for c in self._ov_cols] != keys:
+            self._ov_keys = {}  # the table dropped its rows
 
     def _rows_for(self, pos: int, inst: Instance) -> list[tuple[str, dict[str, Text]]]:
         iid = inst.id
@@ -556,7 +556,6 @@ class MonitorScreen(BaseScreen):
             for gone in [k for k in self._ov_keys if k not in present]:
                 for key in self._ov_keys.pop(gone):
                     table.remove_row(key)
-                    self._ov_cells.pop(key, None)
                 changed = True
         cols = [c.key for c in self._ov_cols]
         now = time.monotonic()
@@ -577,13 +576,10 @@ class MonitorScreen(BaseScreen):
             for old in self._ov_keys.get(inst.id, []):
                 if old not in keys:
                     table.remove_row(old)
-                    self._ov_cells.pop(old, None)
                     changed = True
             for key, cells in rows:
-                if key not in self._ov_cells:
-                    changed = True
+                changed = changed or key not in table.rows
                 table.set_row(key, [cells[c] for c in cols])
-                self._ov_cells[key] = cells
             self._ov_keys[inst.id] = keys
         if changed:
             table.sort("gpu", key=lambda cell: getattr(cell, "order", ()))
