@@ -144,3 +144,16 @@ async def test_new_widths_keep_rows_and_cursor_new_columns_do_not():
         assert lines(app)[1] == " row 0         0%"
         table.set_columns([LiveColumn("gpu", "GPU", 5)])
         assert table.row_count == 0 and table.cursor_key is None
+
+
+async def test_a_click_moves_the_cursor_and_a_second_click_chooses():
+    app = TableApp()
+    async with app.run_test(size=(40, 10)) as pilot:
+        table = app.query_one(LiveTable)
+        await pilot.click(LiveTable, offset=(3, 3))  # line 3: the header, then rows 0, 1, 2
+        assert table.cursor_key == "r2"
+        await pilot.click(LiveTable, offset=(3, 3))
+        await pilot.pause()
+        assert app.events[-1] == ("selected", "r2")
+        await pilot.click(LiveTable, offset=(3, 0))  # the header: nothing happens
+        assert table.cursor_key == "r2"
