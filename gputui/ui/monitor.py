@@ -561,7 +561,7 @@ class MonitorScreen(BaseScreen):
         now = time.monotonic()
         # Rows scrolled out of view are rebuilt when they come into view (`_scrolled`), unless
         # the instance gains or loses rows: that moves the rows below it, so it is done now.
-        shown = {k.split("/", 1)[0] for k in table.visible_keys()}
+        shown = self._instances_in_view(table)
         for pos, inst in enumerate(self._instances):
             if inst.id not in iids:
                 continue
@@ -600,12 +600,16 @@ class MonitorScreen(BaseScreen):
             keys += [f"{iid}/{index}/mig{j}" for j in range(len(inv.mig_devices if inv else []))]
         return keys
 
+    @staticmethod
+    def _instances_in_view(table: LiveTable) -> set[str]:
+        return {k.split("/", 1)[0] for k in table.visible_keys()}
+
     def _scrolled(self) -> None:
         """Rows that came into view get what changed while they were out of it."""
         if not self._deferred or self.view != "overview":
             return
         table = self.query_one("#gpus", LiveTable)
-        shown = {k.split("/", 1)[0] for k in table.visible_keys()}
+        shown = self._instances_in_view(table)
         if self._deferred & shown:
             self._refresh_overview(self._deferred & shown, full=False)
 
