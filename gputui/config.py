@@ -16,12 +16,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gputui.errors import BadInput
+
 APP_NAME = "gputui"
 CONFIG_NAME = "config.toml"
 STATE_NAME = "state.db"
 
 
-class ConfigError(Exception):
+class ConfigError(BadInput):
     """A problem with a settings file, said in one line."""
 
 

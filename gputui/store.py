@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from gputui.errors import GputuiError, NotFound
 from gputui.models import (
     GpuSample,
     Hint,
@@ -51,7 +52,7 @@ async def _to_thread(fn: Callable[..., T], /, *args: object, **kwargs: object) -
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-class StateError(Exception):
+class StateError(GputuiError):
     """The state file cannot be used; said in one line. The file is never overwritten."""
 
 
@@ -178,7 +179,7 @@ CREATE TABLE IF NOT EXISTS changes (
 """
 
 
-class UnknownInstance(LookupError):
+class UnknownInstance(NotFound, LookupError):
     """A name or id that matches no instance (or several): the user's input, not a failure."""
 
 

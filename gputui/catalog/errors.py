@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from gputui.errors import BadInput
 
-class CatalogError(ValueError):
+
+class CatalogError(BadInput, ValueError):
     """Bad catalog data or bad input (an override row, negative hours...)."""
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from gputui.errors import GputuiError
 from gputui.models import Instance, Offer
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from gputui.remote.ssh import LinkPool
 
 
-class ProviderError(Exception):
+class ProviderError(GputuiError):
     """A provider refused or failed; the message is one clear line for the user."""
 
     def __init__(self, message: str, *, retryable: bool = False,

@@ -574,7 +574,7 @@ class LambdaProvider:
 
     def client_key(self) -> tuple[Path, str]:
         """gputui's key pair for Lambda instances (0600), made on first use."""
-        from gputui.providers.sandbox_server import ensure_keypair
+        from gputui.sandbox.server import ensure_keypair
 
         try:
             return ensure_keypair(self.key_path, comment="gputui-lambda")

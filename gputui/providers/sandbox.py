@@ -1,6 +1,6 @@
 """`sandbox`: the embedded, simulated GPU rental platform — on by default, no account needed.
 
-Each instance is a folder with simulated GPUs (see `sandbox_shims`) served by a real asyncssh
+Each instance is a folder with simulated GPUs (see `gputui.sandbox.shims`) served by a real asyncssh
 server on 127.0.0.1 (key auth only, its own host key). The platform keeps its own record of
 each instance in `platform/<id>.json` — when it ran and what it billed — independent of the
 console's store, the way a real provider's invoice is.
@@ -154,7 +154,7 @@ class SandboxProvider:
         return self.root / "platform" / f"{instance_id}.json"
 
     def client_key(self) -> tuple[Path, str]:
-        from gputui.providers.sandbox_server import ensure_keypair
+        from gputui.sandbox.server import ensure_keypair
 
         try:
             return ensure_keypair(self.root / "client_key", comment="gputui-sandbox-client")
@@ -194,7 +194,7 @@ class SandboxProvider:
 
     async def create(self, request: CreateRequest, instance: Instance) -> Instance:
         from gputui.catalog.specs import load_specs
-        from gputui.providers.sandbox_shims.state import create_instance_dir
+        from gputui.sandbox.shims.state import create_instance_dir
 
         offer = self._offer(request.offer_id)
         spec = load_specs()[offer.offer_id.removeprefix("sandbox-")]
@@ -244,8 +244,8 @@ class SandboxProvider:
 
     async def _serve(self, instance_id: str, rec: PlatformRecord) -> Any:
         """Start this instance's SSH server in this process (on its recorded port if it has one)."""
-        from gputui.providers.sandbox_server import ensure_host_key, start_instance_server
-        from gputui.providers.sandbox_shims.state import install_shims
+        from gputui.sandbox.server import ensure_host_key, start_instance_server
+        from gputui.sandbox.shims.state import install_shims
 
         _, public = self.client_key()
         host_key_path = self.root / "platform" / f"{instance_id}.host_key"
@@ -296,7 +296,7 @@ class SandboxProvider:
         The platform's running periods are the truth for billing: the instance's record is
         brought in line with them.
         """
-        from gputui.providers.sandbox_shims.state import power_state
+        from gputui.sandbox.shims.state import power_state
 
         rec = self.read_record(instance.id)
         scheduled = self.scheduled_release(instance.id)
@@ -361,7 +361,7 @@ class SandboxProvider:
             await self._terminate(rec, utcnow())
 
     async def _terminate(self, rec: PlatformRecord, at: datetime, by: str = "user") -> None:
-        from gputui.providers.sandbox_shims.state import kill_processes, power_state
+        from gputui.sandbox.shims.state import kill_processes, power_state
 
         root = self.instance_root(rec.id)
         with contextlib.suppress(Exception):

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import asyncssh
 
+from gputui.errors import GputuiError
+
 __all__ = [
     "SSHLayerError",
     "UnknownHostKey",
@@ -34,7 +36,7 @@ __all__ = [
 DEFAULT_PORT = 22
 
 
-class SSHLayerError(Exception):
+class SSHLayerError(GputuiError):
     """Base of every error the SSH layer raises; `str()` is one line meant for the user."""
 
     def __str__(self) -> str:

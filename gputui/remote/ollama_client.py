@@ -24,6 +24,8 @@ from typing import Any
 import httpx
 import ollama
 
+from gputui.errors import GputuiError
+
 __all__ = [
     "InstalledModel",
     "ModelInfo",
@@ -80,7 +82,7 @@ def parse_host(value: str | None) -> tuple[str, int]:
     return host, port
 
 
-class OllamaError(Exception):
+class OllamaError(GputuiError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.message = message

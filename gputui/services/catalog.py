@@ -13,7 +13,6 @@ user's own from config.toml, never live quotes. Everything printed says so.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from gputui.catalog import (
 )
 from gputui.catalog.fit import FitEstimate, FitOption
 from gputui.catalog.jobcost import BreakEven, JobCost
+from gputui.format import short_gpu
 from gputui.models import Offer
 
 PRICE_NOTE = "reference prices with their date, not live quotes"
@@ -59,13 +59,6 @@ def catalog_prices(config: Any = None) -> list[PriceRow]:
 
 
 # --- the card table -----------------------------------------------------------------------------
-
-
-def short_name(name: str) -> str:
-    """A card name for a narrow column: 'GeForce RTX 4090 D (China SKU)' -> 'RTX 4090 D CN'."""
-    name = name.replace("GeForce ", "").replace("NVIDIA ", "").replace("Tesla ", "")
-    name = name.replace(" (China SKU)", " CN").replace(" Generation", "")
-    return re.sub(r"\s*\(HGX [^)]*\)", "", name).strip()
 
 
 def architecture_family(spec: GpuSpec) -> str:
@@ -194,7 +187,7 @@ COLUMNS: tuple[Column, ...] = (
         "GPU",
         "card name",
         lambda r: r.spec.name.lower(),
-        lambda r: short_name(r.spec.name),
+        lambda r: short_gpu(r.spec.name),
         numeric=False,
     ),
     Column(
@@ -618,7 +611,7 @@ def fit_command(
             ["GPU", "GPUs", "$/h", "cheapest at", "as of", "GB/GPU", "link", "notes"],
             [
                 [
-                    short_name(o.name),
+                    short_gpu(o.name),
                     str(o.count),
                     _money(o.hourly),
                     _where_opt(o),
@@ -632,7 +625,7 @@ def fit_command(
             [True, False, False, True, True, False, True, True],
             out,
         )
-    misses = [short_name(o.name) for o in answer.options if not o.fits]
+    misses = [short_gpu(o.name) for o in answer.options if not o.fits]
     if misses:
         print(f"\nDoes not fit on 8 GPUs: {', '.join(misses)}", file=out)
     print(f"\nCheapest first; {PRICE_NOTE}.", file=out)

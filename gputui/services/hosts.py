@@ -34,8 +34,8 @@ async def add_ssh_host(
     is used for this process only and never stored.
     """
     from gputui.catalog.match import card_for_reported_name, match_card
+    from gputui.nvidia.nvsmi import parse_gpu_list
     from gputui.remote.hostkeys import UnknownHostKey
-    from gputui.remote.nvsmi import parse_gpu_list
     from gputui.remote.ssh import Link, SSHLayerError
 
     services.check_name_free(name or endpoint.host)
@@ -53,7 +53,7 @@ async def add_ssh_host(
         await link.close()
     listed = [g for g in parse_gpu_list(result.stdout) if g.parent_index is None]
     if result.exit_status != 0 or not listed:
-        from gputui.remote.diagnose import diagnose_nvidia_smi
+        from gputui.nvidia.diagnose import diagnose_nvidia_smi
 
         diag = diagnose_nvidia_smi(result.stdout + result.stderr, result.exit_status)
         if gpu is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.config import Config, ensure_state_dir
+from gputui.errors import BadInput, GputuiError
 from gputui.models import (
     EndReason,
     Instance,
@@ -41,11 +42,11 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 
 
-class ServiceError(Exception):
+class ServiceError(GputuiError):
     """A one-line message for the user."""
 
 
-class InvalidRequest(ServiceError):
+class InvalidRequest(ServiceError, BadInput):
     """The request itself is wrong (unknown GPU or provider, a name in use): bad input."""
 
 

@@ -215,7 +215,7 @@ def compute_apps_query() -> str:
 
 
 def _clean(text: str, limit: int = 256) -> str:
-    from gputui.remote.nvsmi import sanitize
+    from gputui.nvidia.nvsmi import sanitize
 
     return sanitize(text, limit)
 
@@ -801,7 +801,7 @@ def placement_report(
     *,
     server_pid: int | None,
 ) -> PlacementReport:
-    from gputui.remote.nvsmi import parse_compute_apps_csv
+    from gputui.nvidia.nvsmi import parse_compute_apps_csv
 
     fields = ["pid", "gpu_uuid", "process_name", "used_gpu_memory"]
     uuid_to_index = {g.uuid: g.index for g in gpus if g.uuid}

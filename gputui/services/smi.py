@@ -29,9 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from gputui.errors import GputuiError
 from gputui.models import GpuSample, HostInventory, Instance, ProcessSample
-from gputui.remote.diagnose import DIAGNOSES, Diagnosis, diagnose_nvidia_smi
-from gputui.remote.nvsmi import (
+from gputui.nvidia.diagnose import DIAGNOSES, Diagnosis, diagnose_nvidia_smi
+from gputui.nvidia.nvsmi import (
     NvsmiParseError,
     assign_gpu_indices,
     parse_compute_apps_csv,
@@ -81,7 +82,7 @@ class Snapshot:
     notes: list[str] = field(default_factory=list)
 
 
-class SnapshotFailed(Exception):
+class SnapshotFailed(GputuiError):
     def __init__(self, diagnosis: Diagnosis) -> None:
         super().__init__(diagnosis_text(diagnosis))
         self.diagnosis = diagnosis
@@ -275,7 +276,7 @@ def smi_local(
     nvml: Any = None,
 ) -> int:
     """`gputui smi --local [--json]`: this machine through NVML."""
-    from gputui.remote.nvml import NvmlUnavailable, read_local
+    from gputui.nvidia.nvml import NvmlUnavailable, read_local
 
     out, err = out or sys.stdout, err or sys.stderr
     try:
@@ -432,7 +433,7 @@ def local_facts(
     root: Path = Path("/"),
 ) -> Facts:
     """Gather the facts on this machine (nothing here raises)."""
-    from gputui.remote.nvml import NvmlUnavailable, read_local
+    from gputui.nvidia.nvml import NvmlUnavailable, read_local
 
     env = os.environ if env is None else env
     facts = Facts("this machine", nvml_checked=True)

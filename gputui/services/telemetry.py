@@ -46,8 +46,8 @@ from gputui.models import (
     LinkState,
     ProcessSample,
 )
-from gputui.remote.diagnose import Diagnosis, diagnose_nvidia_smi
-from gputui.remote.nvsmi import (
+from gputui.nvidia.diagnose import Diagnosis, diagnose_nvidia_smi
+from gputui.nvidia.nvsmi import (
     CsvStreamParser,
     NvsmiParseError,
     compute_apps_command,
@@ -977,7 +977,7 @@ class TelemetryService:
     # -- local (NVML) -----------------------------------------------------------------------------
 
     async def _local_loop(self, w: _Watch) -> None:
-        from gputui.remote.nvml import NvmlUnavailable, read_local
+        from gputui.nvidia.nvml import NvmlUnavailable, read_local
 
         w.note = "reading NVML"
         while True:

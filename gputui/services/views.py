@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
 
 from gputui.models import Instance, Lease, utcnow
 
@@ -32,24 +31,3 @@ def instance_view(inst: Instance, lease: Lease | None, now: datetime | None = No
     }
 
 
-def format_money(value: Decimal | float, currency: str = "USD") -> str:
-    symbol = {"USD": "$", "EUR": "€", "CNY": "¥", "GBP": "£"}.get(currency)
-    amount = f"{Decimal(str(value)):,.2f}"
-    return f"{symbol}{amount}" if symbol else f"{amount} {currency}"
-
-
-def format_remaining(seconds: float | None) -> str:
-    """A countdown as people read it: 1h 05m, 4m 10s, overdue."""
-    if seconds is None:
-        return "no timer"
-    if seconds <= 0:
-        return "overdue"
-    s = int(seconds)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}d {h:02d}h"
-    if h:
-        return f"{h}h {m:02d}m"
-    return f"{m}m {s:02d}s"

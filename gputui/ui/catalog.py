@@ -42,6 +42,7 @@ from gputui.catalog import (
     load_specs,
 )
 from gputui.catalog.fit import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB
+from gputui.format import short_gpu
 from gputui.services import catalog as svc
 from gputui.ui.base import BaseScreen
 
@@ -123,7 +124,7 @@ def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
     table = Table(box=None, expand=False, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("", width=label_w, no_wrap=True)
     for c in cards:
-        table.add_column(Text(svc.short_name(c.spec.name), style="bold"), width=cell, no_wrap=True)
+        table.add_column(Text(short_gpu(c.spec.name), style="bold"), width=cell, no_wrap=True)
     for label, value, shown, higher in FIGURES:
         vals = [value(c) for c in cards]
         nums = [float(v) for v in vals if v is not None and float(v) > 0]
@@ -149,12 +150,12 @@ def compare_view(cards: Sequence[svc.CardRow], width: int) -> Group:
     for c in cards:
         if c.lowest:
             notes.append(
-                f"\n{svc.short_name(c.spec.name)}: {svc._money(c.lowest.price_per_gpu_hour)}"
+                f"\n{short_gpu(c.spec.name)}: {svc._money(c.lowest.price_per_gpu_hour)}"
                 f"/GPU·h at {c.lowest.label}, as of {c.lowest.as_of}",
                 style="dim",
             )
         else:
-            notes.append(f"\n{svc.short_name(c.spec.name)}: no reference price", style="dim")
+            notes.append(f"\n{short_gpu(c.spec.name)}: no reference price", style="dim")
     notes.append(
         f"\nPrices: {svc.PRICE_NOTE}. Tensor figures are dense (no sparsity).", style="dim"
     )
@@ -298,7 +299,7 @@ class CatalogScreen(BaseScreen):
                 with Horizontal(classes="bar"):
                     yield Label("GPU")
                     yield Select(
-                        [(svc.short_name(s.name), k) for k, s in self.specs.items()],
+                        [(short_gpu(s.name), k) for k, s in self.specs.items()],
                         id="cost-card",
                         compact=True,
                         allow_blank=False,
@@ -442,7 +443,7 @@ class CatalogScreen(BaseScreen):
             else "no reference price"
         )
         detail.update(
-            f"▸ {svc.short_name(s.name)} · {price} · {svc.link_label(s)} · {s.architecture}"
+            f"▸ {short_gpu(s.name)} · {price} · {svc.link_label(s)} · {s.architecture}"
         )
 
     def current_card_key(self) -> str | None:
@@ -743,7 +744,7 @@ class CatalogScreen(BaseScreen):
                 count = "✗"
                 need = f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f} (8×)"
             table.add_row(
-                svc.short_name(o.name),
+                short_gpu(o.name),
                 Text(count, justify="right"),
                 Text(svc._money(o.hourly), justify="right"),
                 o.quote.row.label if o.quote else ("no price" if o.fits else "does not fit"),
@@ -769,7 +770,7 @@ class CatalogScreen(BaseScreen):
         if fitting:
             best = fitting[0]
             where = (
-                f", cheapest {best.count}× {svc.short_name(best.name)} at "
+                f", cheapest {best.count}× {short_gpu(best.name)} at "
                 f"{svc._money(best.hourly)}/h"
                 if best.hourly is not None
                 else ""

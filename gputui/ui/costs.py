@@ -11,9 +11,9 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Static
 
+from gputui.format import format_money, format_remaining
 from gputui.models import Instance, LedgerEntry
 from gputui.services.costs import daily_series, group_ledger, instance_cost, totals
-from gputui.services.views import format_money, format_remaining
 from gputui.store import InstanceChanged, LeaseChanged, LedgerChanged
 from gputui.ui.base import BaseScreen, StoreEvent
 

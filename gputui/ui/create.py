@@ -14,8 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from gputui.config import parse_duration
+from gputui.format import format_money, format_remaining
 from gputui.models import Lease, Offer, as_utc
-from gputui.services.views import format_money, format_remaining
 from gputui.ui.base import BaseScreen
 
 COUNTS = [1, 2, 4, 8]

@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from gputui.services.views import format_remaining
+from gputui.format import format_remaining
 
 
 class TimerDialog(ModalScreen[object]):

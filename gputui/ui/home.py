@@ -11,8 +11,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
+from gputui.format import format_money, format_remaining, short_gpu
 from gputui.models import Instance, Lease
-from gputui.services.views import format_money, format_remaining
 from gputui.store import InstanceChanged, LeaseChanged, LinkChanged
 from gputui.ui.base import BaseScreen, StoreEvent
 
@@ -35,12 +35,6 @@ COLUMNS = [
     ("provider", "Provider"),
 ]
 LINK_MARK = {"connected": "ok", "connecting": "…", "reconnecting": "retrying", "failed": "FAILED"}
-
-
-def short_gpu(name: str) -> str:
-    for word in ("GeForce ", "NVIDIA ", "Tesla "):
-        name = name.replace(word, "")
-    return name
 
 
 class HomeScreen(BaseScreen):

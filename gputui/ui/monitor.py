@@ -25,6 +25,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
+from gputui.format import fit_name, short_gpu
 from gputui.models import (
     BillingRule,
     GpuInventory,
@@ -148,25 +149,6 @@ def fmt_power(draw: float | None, limit: float | None) -> str:
     if draw is None and limit is None:
         return "N/A"
     return f"{w(draw)}/{w(limit)}W"
-
-
-def short_name(name: str | None) -> str:
-    if not name:
-        return "?"
-    for word in ("NVIDIA ", "GeForce ", "Tesla ", "Quadro "):
-        name = name.replace(word, "")
-    return name.strip()
-
-
-def fit_name(name: str, width: int) -> str:
-    """`name` in `width` cells, cut in the middle: generated names differ at the end
-    ("rtx-4090-00d7", "rtx-4090-8c1e"), so the end is what must stay visible."""
-    if len(name) <= width:
-        return name
-    if width < 6:
-        return name[:max(0, width - 1)] + "…"
-    tail = max(4, width // 3)
-    return name[:width - 1 - tail] + "…" + name[-tail:]
 
 
 def mem_pct(s: GpuSample) -> float | None:
@@ -518,7 +500,7 @@ class MonitorScreen(BaseScreen):
             mp = mem_pct(s)
             hot = s.temperature_c is not None and s.temperature_c >= 85
             cells = {
-                "gpu": SortText(Text(f" {s.index} {short_name(s.name)}"), (pos, s.index, -1)),
+                "gpu": SortText(Text(f" {s.index} {short_gpu(s.name)}"), (pos, s.index, -1)),
                 "util": bar(util, 5) + Text(f"{util:>4.0f}%" if util is not None else "  N/A"),
                 "mem": bar(mp, 5) + Text(" " + fmt_mem(s.memory_used_mib, s.memory_total_mib)),
                 "temp": Text(f"{s.temperature_c:.0f}°" if s.temperature_c is not None else "N/A",
@@ -692,7 +674,7 @@ class MonitorScreen(BaseScreen):
         state, style = state_label(st, inst)
         line = Text.assemble((inst.name, "bold"))
         if iid != LOCAL_ID:
-            line.append(f" · {inst.gpu_count}× {short_name(inst.gpu)}")
+            line.append(f" · {inst.gpu_count}× {short_gpu(inst.gpu)}")
         if inv is not None:
             line.append(f" · driver {inv.driver_version or '?'} · CUDA {inv.cuda_version or '?'}")
         line.append(" · ")
@@ -928,7 +910,7 @@ def gpu_panel_text(s: GpuSample, history: GpuHistory | None, inv: GpuInventory |
     bar_w = max(10, min(40, (width - 20) // 3))
     val_w = 14
     spark_w = max(0, min(120, width - 5 - bar_w - 1 - val_w - 1))
-    title = Text.assemble((f"GPU {s.index} ", "bold"), short_name(s.name or (inv and inv.name)))
+    title = Text.assemble((f"GPU {s.index} ", "bold"), short_gpu(s.name or (inv and inv.name)))
     if s.temperature_c is not None:
         title.append(" · ")
         title.append(f"{s.temperature_c:.0f}°C",

@@ -26,6 +26,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, DataTable, Input, ProgressBar, Select, Static
 
+from gputui.format import short_gpu
 from gputui.models import Instance, InstanceStatus
 from gputui.services.ollama import (
     INSTALL_COMMAND,
@@ -142,12 +143,6 @@ def gpu_label(g: GpuInfo) -> str:
 
 def placement_style(ok: bool, unverified: bool) -> str:
     return "b red" if not ok else "b yellow" if unverified else "b green"
-
-
-def short_gpu(name: str) -> str:
-    for word in ("GeForce ", "NVIDIA ", "Tesla "):
-        name = name.replace(word, "")
-    return name
 
 
 # --------------------------------------------------------------------------- the screen

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from gputui.services.views import format_money
+from gputui.format import format_money
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 

@@ -115,7 +115,7 @@ async def console_under_load(seconds: float, n_instances: int, n_gpus: int,
 
 
 def host_load(seconds: float) -> None:
-    from gputui.providers.sandbox_shims.state import create_instance_dir
+    from gputui.sandbox.shims.state import create_instance_dir
 
     root = Path(tempfile.mkdtemp()) / "host"
     create_instance_dir(root, instance_id="bench", gpu_name="NVIDIA H100 80GB HBM3",

@@ -19,8 +19,7 @@ from gputui.providers.base import CreateRequest
 from gputui.services.hub import Services
 from gputui.services.leases import LeaseService
 from gputui.store import SessionStore, StateError
-
-from ..conftest import GPUTUI, REPO, run_gputui_env
+from tests.conftest import GPUTUI, REPO, run_gputui_env
 
 
 def test_sigkill_during_create_leaves_nothing_unlisted(gputui_home: Path):
@@ -64,7 +63,7 @@ async def test_request_the_provider_never_saw_is_closed(services: Services):
 
 
 async def test_extend_stored_but_not_armed_is_armed_at_next_start(services: Services):
-    from gputui.providers.sandbox_shims.state import power_state
+    from gputui.sandbox.shims.state import power_state
 
     offer = await services.find_offer("sandbox", "RTX 3090")
     inst = await services.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id, name="x"),

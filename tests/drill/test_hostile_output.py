@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ..test_telemetry_support import make_services, make_telemetry, rent, wait_for
+from tests.services.test_telemetry_support import make_services, make_telemetry, rent, wait_for
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

@@ -17,8 +17,7 @@ from gputui.providers.base import CreateRequest
 from gputui.remote.sshline import parse_ssh_line
 from gputui.services.hosts import add_ssh_host
 from gputui.services.hub import ServiceError, Services
-
-from ..conftest import GPUTUI, run_gputui_env
+from tests.conftest import GPUTUI, run_gputui_env
 
 SECRET = "hunter2-Pa55w0rd!"
 

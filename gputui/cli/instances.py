@@ -1,0 +1,361 @@
+"""Instances: list, create, extend, release, reap, ssh, add a host rented elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gputui.cli.output import (
+    EXIT_BAD_INPUT,
+    CommandError,
+    open_store,
+    print_json,
+    refresh_quietly,
+    run_async,
+)
+
+
+def cmd_instances(args: argparse.Namespace) -> int:
+    from gputui.format import format_money, format_remaining
+    from gputui.services.views import instance_view
+
+    store = open_store()
+    refresh_quietly(args, store)
+    items = store.instances_sync(live_only=not args.all)
+    leases = {lease.instance_id: lease for lease in store.leases_sync()}
+    views = [instance_view(i, leases.get(i.id)) for i in items]
+    if args.json:
+        print_json(views)
+        return 0
+    if not views:
+        print("No instances. Create one with `gputui create --provider sandbox --gpu 4090`"
+              " or open the console with `gputui`.")
+        return 0
+    print(f"{'NAME':<16} {'PROVIDER':<9} {'GPU':<22} {'STATUS':<9} {'RELEASE IN':<10} {'COST':>9}")
+    for inst, v in zip(items, views, strict=True):
+        lease = leases.get(inst.id)
+        left = format_remaining(lease.remaining()) if lease and inst.status.live else "-"
+        gpu = f"{v['gpu_count']}× {v['gpu']}"
+        print(f"{v['name'][:16]:<16} {v['provider'][:9]:<9} {gpu[:22]:<22} {v['status']:<9} "
+              f"{left:<10} {format_money(inst.accrued(), v['currency']):>9}")
+    return 0
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from gputui.providers.base import CreateRequest
+    from gputui.services.views import instance_view
+
+    async def body(services) -> int:
+        offer = await services.find_offer(args.provider, args.gpu)
+        try:
+            request = CreateRequest(offer_id=offer.offer_id, gpu_count=offer.gpu_count if args.count is None else args.count,
+                                    name=args.name or _default_name(offer.gpu),
+                                    disk_gb=args.disk, image=args.image)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            flag = {"gpu_count": "--count", "disk_gb": "--disk", "name": "--name"}.get(
+                str(err["loc"][0]), f"--{err['loc'][0]}")
+            raise CommandError(f"{flag}: {err['msg'].lower()}", EXIT_BAD_INPUT) from None
+        lease = _lease_from_args(args, services)
+        progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr))
+        inst = await services.create(args.provider, offer, request, lease=lease, progress=progress)
+        inst = await _arm_lease(services, inst)
+        view = instance_view(inst, services.store.get_lease_sync(inst.id))
+        if args.json:
+            print_json(view)
+        else:
+            print(f"{inst.name}: {inst.gpu_count}× {inst.gpu} on {args.provider}, {view['status']}"
+                  f" — ssh with `gputui ssh {inst.name}`")
+        return 0
+
+    return run_async(args, body)
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    from gputui.config import parse_duration
+    from gputui.format import format_remaining
+
+    async def body(services) -> int:
+        from gputui.services.leases import LeaseService
+
+        inst = services.store.find_instance_sync(args.name)
+        if not inst.status.live:
+            raise CommandError(f"{inst.name} is {inst.status.value}")
+        leases = LeaseService(services)
+        if args.to:
+            lease = await leases.extend(inst, to=_parse_clock(args.to))
+        else:
+            try:
+                by = parse_duration(args.by)
+            except ValueError as exc:
+                raise CommandError(f"extend: {exc}", EXIT_BAD_INPUT) from None
+            lease = await leases.extend(inst, by=by)
+        layers = ["console"] + (["on-instance"] if lease.on_instance_armed else []) + (
+            ["provider"] if lease.provider_armed else [])
+        print(f"{inst.name}: release at {lease.release_at.astimezone():%Y-%m-%d %H:%M} "
+              f"(in {format_remaining(lease.remaining())}; layers: {', '.join(layers)})")
+        return 0
+
+    return run_async(args, body)
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    async def body(services) -> int:
+        from gputui.services.leases import LeaseService
+
+        result = await LeaseService(services).reap()
+        if args.json:
+            print_json({"released": result.released, "errors": result.errors})
+        else:
+            for name in result.released:
+                print(f"released {name}")
+            for err in result.errors:
+                print(f"error: {err}", file=sys.stderr)
+        return 1 if result.errors else 0
+
+    return run_async(args, body)
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    command_args = list(args.remote)
+    if command_args and command_args[0] == "--":
+        command_args = command_args[1:]
+
+    async def body(services) -> int:
+        inst = services.store.find_instance_sync(args.name)
+        if not inst.status.live:
+            raise CommandError(f"{inst.name} is {inst.status.value}")
+        link = await services.link(inst, accept_new_host_key=args.accept_new_host_key)
+        from gputui.remote.ssh import SSHLayerError
+
+        try:
+            if command_args:
+                result = await link.run(" ".join(command_args), timeout=None)
+                sys.stdout.write(result.stdout)
+                sys.stderr.write(result.stderr)
+                return result.exit_status if result.exit_status is not None else 255
+            from gputui.remote.interactive import interactive_shell
+
+            return await interactive_shell(link)
+        except SSHLayerError as exc:
+            raise CommandError(f"{inst.name}: {exc}") from None
+
+    return run_async(args, body)
+
+
+def cmd_add_ssh(args: argparse.Namespace) -> int:
+    from decimal import Decimal, InvalidOperation
+
+    from gputui.models import Granularity
+    from gputui.remote.sshline import parse_ssh_line
+    from gputui.services.views import instance_view
+
+    try:
+        endpoint = parse_ssh_line(args.line)
+    except ValueError as exc:
+        raise CommandError(f"ssh line: {exc}", EXIT_BAD_INPUT) from None
+    try:
+        price = Decimal(args.price)
+        if not price.is_finite() or price < 0 or price > 10_000:
+            raise InvalidOperation
+    except InvalidOperation:
+        raise CommandError(f"--price: {args.price!r} is not an hourly price", EXIT_BAD_INPUT) from None
+    if args.password_file:
+        import os
+
+        try:
+            mode = os.stat(args.password_file).st_mode
+        except OSError as exc:
+            raise CommandError(f"--password-file: {exc.strerror}: {args.password_file}",
+                               EXIT_BAD_INPUT) from None
+        if mode & 0o077:
+            raise CommandError(f"--password-file: others can read {args.password_file}; "
+                               f"run chmod 600 {args.password_file}", EXIT_BAD_INPUT)
+        endpoint = endpoint.model_copy(update={"password_file": args.password_file})
+
+    async def body(services) -> int:
+        from gputui.services.hosts import add_ssh_host
+
+        inst = await add_ssh_host(
+            services, endpoint, name=args.name, gpu=args.gpu, price=price,
+            per=Granularity(args.per), accept_new_host_key=args.accept_new_host_key,
+            password=_read_password(args),
+        )
+        if args.json:
+            print_json(instance_view(inst, services.store.get_lease_sync(inst.id)))
+        else:
+            print(f"added {inst.name}: {inst.gpu_count}× {inst.gpu} at "
+                  f"{inst.billing.price_per_hour}/h ({inst.billing.granularity.value} billing)")
+        return 0
+
+    return run_async(args, body)
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    async def body(services) -> int:
+        inst = services.store.find_instance_sync(args.name)
+        entry = await services.release(inst, "manual")
+        if entry is None:
+            print(f"{inst.name} was already {inst.status.value}")
+            return 0
+        if args.json:
+            print_json(json.loads(entry.model_dump_json()))
+        else:
+            print(f"released {inst.name}: {entry.compute_cost + entry.storage_cost} "
+                  f"{entry.currency} in all")
+        return 0
+
+    return run_async(args, body)
+
+
+def _default_name(gpu: str) -> str:
+    import secrets
+
+    short = gpu.lower().replace("geforce", "").replace("nvidia", "").strip().replace(" ", "-")
+    return f"{short}-{secrets.token_hex(2)}"
+
+
+def _lease_from_args(args: argparse.Namespace, services):  # -> Lease
+    from gputui.config import parse_duration
+    from gputui.models import Lease, utcnow
+
+    release_at = None
+    if args.no_timer:
+        if not args.yes:
+            raise CommandError("--no-timer bills until you release it by hand: add --yes to confirm",
+                               EXIT_BAD_INPUT)
+    elif args.release_at:
+        release_at = _parse_clock(args.release_at)
+    else:
+        text = args.release_after or services.config.lease.default_release
+        try:
+            delta = parse_duration(text)
+        except ValueError as exc:
+            raise CommandError(f"--release-after: {exc}", EXIT_BAD_INPUT) from None
+        if delta.total_seconds() < 1 or delta.days > 366:
+            raise CommandError(f"--release-after: {text!r} must be between 1 second and a year",
+                               EXIT_BAD_INPUT)
+        release_at = utcnow() + delta
+    idle_util = idle_minutes = None
+    if args.idle:
+        idle_util, idle_minutes = _parse_idle(args.idle)
+    return Lease(instance_id="pending", release_at=release_at, no_timer_confirmed=args.no_timer,
+                 idle_util_pct=idle_util, idle_minutes=idle_minutes)
+
+
+def _parse_idle(text: str) -> tuple[float, float]:
+    """`30m@5%`: power off once every GPU stays under 5 % utilisation for 30 minutes."""
+    from gputui.config import parse_duration
+
+    try:
+        span, _, pct = text.partition("@")
+        minutes = parse_duration(span).total_seconds() / 60
+        util = float(pct.strip().rstrip("%"))
+    except ValueError:
+        raise CommandError(f"--idle: {text!r} is not DURATION@PCT% (e.g. 30m@5%)",
+                           EXIT_BAD_INPUT) from None
+    if not (0 < util <= 100) or not (0 < minutes <= 24 * 60):
+        raise CommandError("--idle: utilisation 1-100 % over at most 24 h", EXIT_BAD_INPUT)
+    return util, minutes
+
+
+def _parse_clock(text: str):  # -> datetime (UTC)
+    """`18:30` (today, or tomorrow if past) or an ISO-8601 time, in local time unless it says."""
+    from datetime import datetime, timedelta
+
+    from gputui.models import as_utc
+
+    now = datetime.now().astimezone()
+    try:
+        if len(text) <= 5 and ":" in text:
+            hh, mm = (int(x) for x in text.split(":"))
+            at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+            if at <= now:
+                at += timedelta(days=1)
+        else:
+            at = datetime.fromisoformat(text)
+            if at.tzinfo is None:
+                at = at.astimezone()
+    except ValueError:
+        raise CommandError(f"--release-at: {text!r} is not a time (try 18:30)", EXIT_BAD_INPUT) from None
+    if at <= now:
+        raise CommandError(f"--release-at: {text!r} is in the past", EXIT_BAD_INPUT)
+    return as_utc(at)
+
+
+async def _arm_lease(services, inst):
+    from gputui.services.leases import LeaseService
+
+    await LeaseService(services).arm(inst)
+    return inst
+
+
+def _read_password(args: argparse.Namespace) -> str | None:
+    if not args.ask_password:
+        return None
+    import getpass
+
+    return getpass.getpass("SSH password (not stored): ")
+
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("instances", help="list instances")
+    s.add_argument("--json", action="store_true", help="print a JSON list")
+    s.add_argument("--all", action="store_true", help="include released instances")
+    s.set_defaults(handler=cmd_instances)
+
+    s = sub.add_parser("create", help="rent an instance")
+    s.add_argument("--provider", default="sandbox", help="provider (default: sandbox)")
+    s.add_argument("--gpu", required=True, help="GPU model, matched loosely (e.g. 4090, 'H100 SXM')")
+    s.add_argument("--count", type=int, help="number of GPUs (default: the offer's size, often 1)")
+    s.add_argument("--name", help="task label (default: from the GPU)")
+    s.add_argument("--disk", type=float, default=50, help="disk in GB (default 50)")
+    s.add_argument("--image", help="image, where the provider has images")
+    s.add_argument("--json", action="store_true", help="print the instance as JSON")
+    t = s.add_mutually_exclusive_group()
+    t.add_argument("--release-after", metavar="DURATION",
+                   help="auto-release after this long: 2h, 90m (default from config: 2h)")
+    t.add_argument("--release-at", metavar="TIME", help="auto-release at a clock time: 18:30")
+    t.add_argument("--no-timer", action="store_true", help="no auto-release (needs --yes)")
+    s.add_argument("--yes", action="store_true", help="confirm --no-timer")
+    s.add_argument("--idle", metavar="SPAN@PCT%",
+                   help="idle release: power off when every GPU stays under PCT %% for SPAN, e.g. 30m@5%%")
+    s.set_defaults(handler=cmd_create)
+
+    s = sub.add_parser("extend", help="move an instance's release time")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("by", nargs="?", default="1h", help="how much longer: 1h, 30m (default 1h)")
+    s.add_argument("--to", metavar="TIME", help="a new release time instead: 18:30")
+    s.set_defaults(handler=cmd_extend)
+
+    s = sub.add_parser("reap", help="release overdue instances (for cron / a systemd timer)")
+    s.add_argument("--json", action="store_true", help="print what was released as JSON")
+    s.set_defaults(handler=cmd_reap)
+
+    s = sub.add_parser("ssh", help="a shell (or one command) on an instance")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("remote", nargs=argparse.REMAINDER, help="-- CMD: run one command and exit with its code")
+    s.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown host key")
+    s.set_defaults(handler=cmd_ssh)
+
+    s = sub.add_parser("add-ssh", help="add an instance rented elsewhere by its ssh line")
+    s.add_argument("line", help="as the platform gives it: 'ssh -p PORT root@HOST'")
+    s.add_argument("--gpu", help="GPU model (default: detected with nvidia-smi -L)")
+    s.add_argument("--price", required=True, help="price per hour for the whole instance")
+    s.add_argument("--per", choices=["second", "minute", "hour"], default="second",
+                   help="billing granularity (default second)")
+    s.add_argument("--name", help="task label (default: the host)")
+    s.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown host key")
+    s.add_argument("--ask-password", action="store_true", help="prompt for a password (not stored)")
+    s.add_argument("--password-file", help="a 0600 file holding the password")
+    s.add_argument("--json", action="store_true", help="print the instance as JSON")
+    s.set_defaults(handler=cmd_add_ssh)
+
+    s = sub.add_parser("release", help="release an instance now (stops the billing)")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("--json", action="store_true", help="print the ledger entry as JSON")
+    s.set_defaults(handler=cmd_release)

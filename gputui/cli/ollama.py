@@ -1,0 +1,36 @@
+"""Ollama on an instance: models, loads, the GPUs it may use."""
+
+from __future__ import annotations
+
+import argparse
+
+from gputui.cli.output import (
+    CommandError,
+    run_async,
+)
+
+
+def cmd_ollama(args: argparse.Namespace) -> int:
+    async def body(services) -> int:
+        from gputui.services.ollama import ollama_command
+
+        inst = services.store.find_instance_sync(args.name)
+        if not inst.status.live:
+            raise CommandError(f"{inst.name} is {inst.status.value}")
+        return await ollama_command(services, inst, args.action, args.arg, args.json,
+                                    force=args.force)
+
+    return run_async(args, body)
+
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("ollama", help="Ollama on an instance: models, loads, GPU selection")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("action", choices=["status", "list", "ps", "pull", "rm", "load", "unload",
+                                      "gpus", "start", "stop", "fit", "verify"])
+    s.add_argument("arg", nargs="?", help="a model (pull/rm/load/unload/fit/verify), or GPU "
+                   "indices for gpus: 0,1 (all: every GPU)")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--force", action="store_true", help="load even when the fit check refuses")
+    s.set_defaults(handler=cmd_ollama)

@@ -1,0 +1,104 @@
+"""What every command shares: exit codes, the one-line error, JSON output, the store and the
+services it works on. Commands print; services never do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from gputui.errors import EXIT_BAD_INPUT, EXIT_ERROR, GputuiError
+
+if TYPE_CHECKING:
+    from gputui.services.hub import Services
+    from gputui.store import SessionStore
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "CommandError", "open_store", "print_json",
+           "refresh_quietly", "run_async", "services_for"]
+
+
+class CommandError(GputuiError):
+    """A one-line message for the user, and an exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+    @property
+    def code(self) -> int:
+        return self.exit_code
+
+
+def print_json(data: object) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def open_store() -> SessionStore:
+    from gputui.config import ensure_state_dir, state_path
+    from gputui.store import SessionStore
+
+    ensure_state_dir()
+    return SessionStore(state_path())
+
+
+def services_for(args: argparse.Namespace, store: SessionStore | None = None) -> Services:
+    from gputui.services.hub import Services
+
+    return Services(store or open_store(), args.config)
+
+
+def run_async(args: argparse.Namespace, body: Callable[[Services], Awaitable[int]]) -> int:
+    """Run `body(services)` on a fresh loop; always close links and servers afterwards."""
+    import asyncio
+
+    async def main() -> int:
+        from gputui.store import Notice
+
+        services = services_for(args)
+
+        def show(event: object) -> None:
+            if isinstance(event, Notice) and not getattr(args, "json", False):
+                print(f"{event.severity}: {event.text}", file=sys.stderr)
+
+        services.store.subscribe(show)
+        try:
+            return await body(services)
+        finally:
+            await services.close()
+
+    return asyncio.run(main())
+
+
+def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
+    """Bring live instances up to date with their providers (a power-off or a scheduled
+    termination that happened while nothing ran). Providers that need the network are not
+    asked here; `gputui reap` does the full round."""
+    live = [i for i in store.instances_sync(live_only=True) if i.provider == "sandbox"]
+    if not live:
+        return
+    import asyncio
+
+    from gputui.services.hub import ServiceError
+
+    async def refresh() -> None:
+        services = services_for(args, store)
+        try:
+            for inst in live:
+                try:
+                    await services.refresh(inst)
+                except ServiceError as exc:
+                    print(f"gputui: {inst.name}: {exc}", file=sys.stderr)
+        finally:
+            await services.close()
+
+    asyncio.run(refresh())
+
+
+def add_json(parser: argparse.ArgumentParser, help: str = "print JSON") -> None:
+    parser.add_argument("--json", action="store_true", help=help)
+
+

@@ -1,0 +1,1 @@
+"""Pure NVIDIA knowledge: nvidia-smi formats, NVML readings, the doctor's rules."""

@@ -1,0 +1,1 @@
+"""The simulated cloud: instance SSH servers, shims (nvidia-smi, ollama, gpu-load, shutdown)."""

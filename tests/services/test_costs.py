@@ -1,0 +1,163 @@
+"""Costs: billing edges, totals by day, budgets (alert and release), the ledger against the
+sandbox's own books, and the exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from gputui.config import BudgetSettings, Config
+from gputui.models import (
+    BillingRule,
+    Granularity,
+    Instance,
+    InstanceStatus,
+    Lease,
+    LedgerEntry,
+    utcnow,
+)
+from gputui.providers.base import CreateRequest
+from gputui.services.costs import (
+    BudgetWatch,
+    export_rows,
+    group_ledger,
+    instance_cost,
+    spent_between,
+    to_csv,
+)
+from gputui.services.hub import Services
+from gputui.services.leases import LeaseService
+from gputui.store import Notice, SessionStore
+from tests.conftest import GPUTUI, run_gputui_env
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+
+
+def running(price: str = "3.60", **kw) -> Instance:
+    inst = Instance(id=kw.pop("id", "i"), name=kw.pop("name", "job"), provider="sandbox",
+                    gpu=kw.pop("gpu", "RTX 4090"),
+                    billing=BillingRule(price_per_hour=Decimal(price), **kw), created_at=T0,
+                    status=InstanceStatus.RUNNING)
+    inst.mark_running(T0)
+    return inst
+
+
+def test_release_exactly_on_a_boundary_bills_no_extra_unit():
+    inst = running(granularity=Granularity.HOUR)
+    inst.mark_ended(T0 + timedelta(hours=2), "timer")
+    assert inst.compute_cost() == Decimal("7.20")
+    inst2 = running(granularity=Granularity.HOUR)
+    inst2.mark_ended(T0 + timedelta(hours=2, seconds=1), "timer")
+    assert inst2.compute_cost() == Decimal("10.80")
+
+
+def test_daily_package_bills_started_days():
+    rule = BillingRule(price_per_hour=Decimal("1"), package="daily")
+    assert rule.billed_seconds(3600) == 86400
+    assert rule.compute_cost(86401) == Decimal(48)
+
+
+def test_projection_to_release_and_stopped_storage():
+    inst = running(price="2.00", storage_per_gb_month=Decimal("0.73"))
+    inst.disk_gb = 100
+    lease = Lease(instance_id="i", release_at=T0 + timedelta(hours=3))
+    cost = instance_cost(inst, lease, T0 + timedelta(hours=1))
+    assert cost.compute == Decimal("2.00") and cost.rate == Decimal("2.00")
+    # 3 h of compute + 3 h of 100 GB at $0.73/GB-month (730 h) = 6.00 + 0.30
+    assert cost.projected == Decimal("6.30")
+    inst.mark_stopped(T0 + timedelta(hours=1))
+    stopped = instance_cost(inst, lease, T0 + timedelta(hours=2))
+    assert stopped.rate == 0 and stopped.billing_state == "storage only"
+    assert stopped.compute == Decimal("2.00") and stopped.storage == Decimal("0.20")
+
+
+def test_today_counts_only_todays_share():
+    inst = running(price="1.00")
+    now = T0 + timedelta(hours=30)
+    # the instance ran 30 h; the window of the last 6 h holds 6 h of it
+    assert spent_between([inst], [], now - timedelta(hours=6), now) == Decimal("6.00")
+    ended = running(price="2.00", id="e")
+    ended.mark_ended(T0 + timedelta(hours=4), "manual")
+    entry = LedgerEntry.from_instance(ended, "manual", ended.ended_at)
+    assert spent_between([], [entry], T0 + timedelta(hours=2), T0 + timedelta(hours=10)) == Decimal("4.00")
+
+
+def test_budget_alerts_once_per_level():
+    watch = BudgetWatch()
+    inst = running(price="10.00")
+    budget = BudgetSettings(per_instance=Decimal("20"))
+    assert watch.check(budget, [inst], [], T0 + timedelta(hours=1)) == []
+    [alert] = watch.check(budget, [inst], [], T0 + timedelta(hours=1, minutes=40))
+    assert alert.level == 80
+    assert watch.check(budget, [inst], [], T0 + timedelta(hours=1, minutes=50)) == []
+    [alert] = watch.check(budget, [inst], [], T0 + timedelta(hours=2))
+    assert alert.level == 100 and alert.instance_id == "i"
+
+
+def test_grouping_and_export_shapes():
+    a, b = running(id="a", name="lora", gpu="A100"), running(id="b", name="serve", gpu="H100")
+    a.mark_ended(T0 + timedelta(hours=1), "timer")
+    b.mark_ended(T0 + timedelta(hours=2), "manual")
+    ledger = [LedgerEntry.from_instance(x, x.end_reason, x.ended_at) for x in (a, b)]
+    live = running(id="c", name="now")
+    assert [r[0] for r in group_ledger(ledger, "gpu")] == ["H100", "A100"]
+    rows = export_rows(ledger, [live], now=T0 + timedelta(hours=1))
+    assert [r["running"] for r in rows] == [False, False, True]
+    assert rows[-1]["accrued"] == "3.60"
+    parsed = list(csv.DictReader(io.StringIO(to_csv(rows))))
+    assert parsed[0]["total"] == "3.60" and parsed[2]["accrued"] == "3.60"
+
+
+
+
+async def test_meter_and_ledger_agree_with_the_sandbox_to_the_cent(services: Services):
+    offer = await services.find_offer("sandbox", "RTX 3090")
+    inst = await services.create("sandbox", offer, CreateRequest(
+        offer_id=offer.offer_id, gpu_count=4, name="cycle", disk_gb=200),
+        lease=Lease(instance_id="x", release_at=utcnow() + timedelta(hours=1)))
+    await services.run(inst, "gpu-load --gpus 0 --mem 1G --util 50 --seconds 1")
+    await LeaseService(services).extend(inst, by=timedelta(minutes=30))
+    provider = services.provider("sandbox")
+    now = utcnow()
+    assert services.store.get_instance_sync(inst.id).accrued(now) == provider.read_record(inst.id).billed(now)
+    entry = await services.release(services.store.get_instance_sync(inst.id), "manual")
+    assert entry.total == provider.read_record(inst.id).billed()
+    assert entry.compute_cost == entry.compute_cost.quantize(Decimal("0.01"))
+    assert entry.gpu_count == 4 and entry.storage_cost >= 0
+
+
+async def test_budget_cap_releases_through_the_verified_path(gputui_home: Path):
+    config = Config()
+    config.budget.per_instance = Decimal("0.0001")
+    config.budget.release_at_cap = True
+    svc = Services(SessionStore(gputui_home / "state.db"), config, state_dir=gputui_home,
+                   sandbox_boot_seconds=0)
+    notices: list[Notice] = []
+    svc.store.subscribe(lambda e: notices.append(e) if isinstance(e, Notice) else None)
+    try:
+        offer = await svc.find_offer("sandbox", "H100 80GB SXM5")
+        inst = await svc.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id, name="cap"))
+        result = await LeaseService(svc).tick(utcnow() + timedelta(seconds=5))
+        assert result.released == ["cap"]
+        assert any("100 %" in n.text and n.bell for n in notices)
+        assert svc.store.get_instance_sync(inst.id).end_reason == "budget"
+        assert svc.provider("sandbox").read_record(inst.id).terminated_at is not None
+    finally:
+        await svc.close()
+
+
+def test_costs_command_exports(gputui_home: Path):
+    env = run_gputui_env(gputui_home)
+    made = subprocess.run([*GPUTUI, "create", "--gpu", "RTX 4090", "--name", "exp", "--json"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert made.returncode == 0, made.stderr
+    out = subprocess.run([*GPUTUI, "costs", "--json"], capture_output=True, text=True, env=env)
+    [row] = json.loads(out.stdout)
+    assert row["name"] == "exp" and row["running"] is True and "accrued" in row
+    out = subprocess.run([*GPUTUI, "costs", "--csv"], capture_output=True, text=True, env=env)
+    assert out.stdout.splitlines()[0].startswith("instance_id,name,provider,gpu")

@@ -1,0 +1,564 @@
+"""The Catalog screen, by keyboard alone, at 80×24 and 200×60: sort, filter, mark and compare,
+fit, job cost, and renting the card under the cursor."""
+
+from __future__ import annotations
+
+import io
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from rich.text import Text
+from textual.widgets import DataTable, Input, Select, Static, TabbedContent
+
+from gputui.app import GpuTuiApp
+from gputui.catalog import load_specs
+from gputui.config import Config
+from gputui.format import short_gpu
+from gputui.services import catalog as svc
+from gputui.store import SessionStore
+from gputui.ui.catalog import CatalogScreen, bar, compare_table
+from gputui.ui.create import CreateScreen
+
+SIZES = [(80, 24), (200, 60)]
+FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class CatalogApp(GpuTuiApp):
+    # The real screen in the catalog mode, whatever app.py wires (it replaces a placeholder).
+    MODES = {**GpuTuiApp.MODES, "catalog": CatalogScreen}
+
+
+def make_app(home: Path, **kw) -> GpuTuiApp:
+    store = SessionStore(home / "state.db")
+    kw.setdefault("background", False)
+    app = CatalogApp(config=Config(), store=store, **kw)
+    app.now = lambda: FROZEN
+    return app
+
+
+async def open_catalog(pilot) -> CatalogScreen:
+    await pilot.press("g")
+    await pilot.pause()
+    screen = pilot.app.screen
+    assert isinstance(screen, CatalogScreen)
+    return screen
+
+
+def keys_in_table(table: DataTable) -> list[str]:
+    return [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+
+
+def text_of(widget: Static) -> str:
+    """What a Static shows, as plain text (markup and Rich renderables rendered)."""
+    content = widget.content
+    if isinstance(content, str):
+        return Text.from_markup(content).plain
+    console = Console(width=200, record=True, color_system=None, file=io.StringIO())
+    console.print(content)
+    return console.export_text()
+
+
+# -- the table, sorting --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_table_lists_every_card_cheapest_first(gputui_home: Path, size):
+    app = make_app(gputui_home)
+    async with app.run_test(size=size) as pilot:
+        screen = await open_catalog(pilot)
+        table = screen.query_one("#cards", DataTable)
+        assert table.row_count == len(load_specs())
+        assert table.has_focus
+        keys = keys_in_table(table)
+        prices = [screen.cards[i].perf.usd_per_gpu_hour for i in range(len(keys))]
+        priced = [p for p in prices if p is not None]
+        assert priced == sorted(priced) and prices[: len(priced)] == priced  # unpriced last
+        status = text_of(screen.query_one("#cards-status", Static))
+        assert "by $/GPU·h ▲" in status and "not live quotes" in status
+        # the most important columns come first, so they show on a narrow terminal
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels[1:4] == ["GPU", "VRAM", "$/GPU·h ▲"]
+        # the cursor card's price is shown with its date
+        detail = text_of(screen.query_one("#cards-detail", Static))
+        first = screen.cards[0]
+        assert first.lowest is not None and f"as of {first.lowest.as_of}" in detail
+        # the whole table and the footer are inside the screen
+        assert table.region.bottom <= size[1] - 1
+
+
+async def test_sort_cycles_columns_and_reverses(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        table = screen.query_one("#cards", DataTable)
+        await pilot.press("s")  # price → bandwidth, best (highest) first
+        await pilot.pause()
+        assert screen.sort_key == "bandwidth"
+        bw = [c.spec.memory_bandwidth_gbs for c in screen.cards]
+        assert bw == sorted(bw, reverse=True)
+        assert keys_in_table(table)[0] == "b200"
+        assert "GB/s ▼" in [str(c.label) for c in table.columns.values()]
+        await pilot.press("S")
+        await pilot.pause()
+        bw = [c.spec.memory_bandwidth_gbs for c in screen.cards]
+        assert bw == sorted(bw)
+        assert "GB/s ▲" in text_of(screen.query_one("#cards-status", Static))
+        # all the way round: every column sorts, and we come back to the price
+        for _ in range(len(svc.COLUMNS) - 1):
+            await pilot.press("s")
+            await pilot.pause()
+            assert table.row_count == len(load_specs())
+        assert screen.sort_key == "price"
+
+
+async def test_a_new_sort_is_read_from_the_top(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("down", "down", "down")
+        for key in ("s", "S"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert screen.current_card_key() == screen.cards[0].key
+            assert screen.query_one("#cards").scroll_y == 0
+
+
+# -- filters ---------------------------------------------------------------------------------
+
+
+async def test_filters_from_the_keyboard(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("f")
+        assert screen.query_one("#f-vram", Input).has_focus
+        await pilot.press("8", "0")
+        await pilot.pause()
+        assert screen.cards and all(c.spec.vram_gb >= 80 for c in screen.cards)
+        assert len(screen.cards) < len(load_specs())
+        # Tab to the architecture select, open it, choose an entry by keyboard
+        await pilot.press("tab")
+        assert screen.query_one("#f-arch", Select).has_focus
+        await pilot.press("enter")
+        await pilot.pause()
+        hopper = svc.architectures().index("Hopper")
+        await pilot.press(*["down"] * (hopper + 1), "enter")
+        await pilot.pause()
+        assert screen.query_one("#f-arch", Select).value == "Hopper"
+        assert {c.key for c in screen.cards} == {"h100_sxm", "h100_pcie", "h200_sxm", "h20"}
+        # interconnect: PCIe only
+        await pilot.press("tab", "tab")
+        assert screen.query_one("#f-link", Select).has_focus
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("down", "down", "enter")
+        await pilot.pause()
+        assert screen.query_one("#f-link", Select).value == "pcie"
+        assert {c.key for c in screen.cards} == set()  # the H100 PCIe has an NVLink bridge
+        assert "No card matches" in text_of(screen.query_one("#cards-detail", Static))
+        # escape goes back to the table; the filters stay
+        await pilot.press("escape")
+        assert screen.query_one("#cards", DataTable).has_focus
+
+
+async def test_provider_filter_prices_from_that_provider_only(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        screen.query_one("#f-provider", Select).value = "lambda"
+        await pilot.pause()
+        assert screen.cards
+        for card in screen.cards:
+            assert card.lowest is not None and card.lowest.provider == "lambda"
+        screen.query_one("#f-provider", Select).clear()
+        await pilot.pause()
+        assert len(screen.cards) == len(load_specs())
+
+
+async def test_odd_filter_input_never_crashes(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("f", "-", ".", "9", "9", "9", "9", "9", "9")
+        await pilot.pause()
+        assert screen.is_mounted
+        vram = screen.query_one("#f-vram", Input)
+        vram.value = "1e999"  # inf: nothing has that much
+        await pilot.pause()
+        assert screen.query_one("#cards", DataTable).row_count == 0
+        vram.value = "-5"
+        await pilot.pause()
+        assert "⚠" in text_of(screen.query_one("#cards-status", Static))
+
+
+# -- mark and compare -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_mark_and_compare(gputui_home: Path, size):
+    app = make_app(gputui_home)
+    async with app.run_test(size=size) as pilot:
+        screen = await open_catalog(pilot)
+        table = screen.query_one("#cards", DataTable)
+        first, second, third = keys_in_table(table)[:3]
+        await pilot.press("space", "space")  # marks and moves down
+        await pilot.pause()
+        assert screen.marked == [first, second]
+        assert table.get_cell(first, "mark") == "●"
+        assert "2 marked" in text_of(screen.query_one("#cards-status", Static))
+        await pilot.press("v")
+        await pilot.pause()
+        assert screen.query_one(TabbedContent).active == "compare-tab"
+        body = text_of(screen.query_one("#compare-body", Static))
+        specs = load_specs()
+        for key in (first, second):
+            assert short_gpu(specs[key].name) in body
+        assert "◆" in body and "█" in body and "VRAM GB" in body and "GB/s per $/h" in body
+        assert "as of" in body and "not live quotes" in body
+        # back, unmark the second (space toggles), mark two more, a fifth is refused
+        await pilot.press("1")
+        await pilot.pause()
+        assert table.has_focus
+        await pilot.press("up", "space")
+        assert screen.marked == [first]
+        await pilot.press("space", "space", "space", "space")
+        await pilot.pause()
+        assert len(screen.marked) == 4
+        assert any("at most 4" in n.message for n in app._notifications)
+        await pilot.press("x")
+        assert screen.marked == []
+        await pilot.press("2")
+        await pilot.pause()
+        assert "Mark 2–4 cards" in text_of(screen.query_one("#compare-body", Static))
+
+
+def test_bars_are_proportional_and_best_is_marked():
+    assert bar(50, 100, 10) == "█████"
+    assert bar(100, 100, 10) == "█" * 10
+    assert bar(1, 100, 10) == "▏"
+    assert bar(0, 100, 10) == "" and bar(5, 0, 10) == ""
+    cards = [c for c in svc.card_rows() if c.key in ("rtx_4090", "h100_sxm")]
+    console = Console(width=80, record=True, color_system=None)
+    console.print(compare_table(cards, 80))
+    text = console.export_text()
+    lines = text.splitlines()
+    vram = next(line for line in lines if line.startswith("VRAM GB"))
+    small, large = (seg for seg in vram.split() if "█" in seg)
+    # the 24 GB bar is 24/80 the length of the 80 GB one, and the 80 GB one is the best
+    assert abs(len(small) / len(large) - 24 / 80) < 0.06 and "80◆" in vram
+    nvlink = next(line for line in lines if line.startswith("NVLink"))
+    assert "PCIe 4" in nvlink and "900◆" in nvlink  # PCIe only: no bar
+    price = next(line for line in lines if line.startswith("$/GPU·h"))
+    assert "$0.34◆" in price  # lower is better
+
+
+# -- fit ----------------------------------------------------------------------------------------
+
+
+async def test_fit_view(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        assert screen.query_one(TabbedContent).active == "fit-tab"
+        assert screen.query_one("#fit-model", Select).has_focus
+        answer = screen.fit_answer
+        assert answer is not None and answer.estimate.model == "Qwen2.5-7B"
+        body = text_of(screen.query_one("#fit-body", Static))
+        for part in ("weights", "kv_cache", "activations", "overhead"):
+            assert part in body
+        assert "2 bytes per parameter" in body and "KiB per token" in body
+        table = screen.query_one("#fit-table", DataTable)
+        fitting = answer.fitting
+        hourly = [o.hourly for o in fitting if o.hourly is not None]
+        assert hourly == sorted(hourly)  # cheapest first
+        assert keys_in_table(table)[0] == fitting[0].card
+
+        # Llama 3.1 70B, full fine-tune: needs several GPUs; NVLink noted
+        screen.query_one("#fit-model", Select).value = "llama-3.1-70b"
+        screen.query_one("#fit-job", Select).value = "full"
+        await pilot.pause()
+        answer = screen.fit_answer
+        assert answer is not None and answer.estimate.job.value == "full"
+        assert all(o.count and o.count > 1 for o in answer.fitting)
+        assert any("16 bytes per parameter" in n for n in answer.estimate.notes)
+        links = {table.get_cell(k, "link") for k in keys_in_table(table)}
+        assert any(link.startswith("NVLink") for link in links)
+        assert any(link.startswith("PCIe") for link in links)
+        # a context beyond the model's limit: one clear line, no crash
+        screen.query_one("#fit-job", Select).value = "inference"
+        screen.query_one("#fit-context", Input).value = "200000"
+        await pilot.pause()
+        error = screen.query_one("#fit-error", Static)
+        assert error.display and "beyond" in text_of(error)
+        assert screen.fit_answer is None and table.row_count == 0
+        screen.query_one("#fit-context", Input).value = "0"
+        await pilot.pause()
+        assert "context" in text_of(error)
+        screen.query_one("#fit-context", Input).value = "8192"
+        await pilot.pause()
+        assert not error.display and screen.fit_answer is not None
+
+
+async def test_fit_a_custom_model_by_its_parameter_count(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        screen.query_one("#fit-job", Select).value = "lora"
+        await pilot.pause()
+        params = screen.query_one("#fit-params", Input)
+        params.focus()
+        await pilot.press(*"13e9")
+        await pilot.pause()
+        assert screen.query_one("#fit-model", Select).value == "custom"
+        answer = screen.fit_answer
+        assert answer is not None and answer.estimate.params == 13_000_000_000
+        body = text_of(screen.query_one("#fit-body", Static))
+        assert "does not fit a 24 GB card, QLoRA does" in body  # the rule of thumb corrected
+        assert "not given, estimated" in body  # guessed shape said plainly
+        for sel, value in (("#fit-layers", "40"), ("#fit-kv", "40"), ("#fit-hd", "128")):
+            screen.query_one(sel, Input).value = value
+        await pilot.pause()
+        assert screen.fit_answer is not None and screen.fit_answer.estimate.kv_heads == 40
+        params.value = "lots"
+        await pilot.pause()
+        assert "params must be a number" in text_of(screen.query_one("#fit-error", Static))
+        params.value = ""
+        await pilot.pause()
+        assert "parameter count" in text_of(screen.query_one("#fit-error", Static))
+
+
+# -- cost and renting -------------------------------------------------------------------------
+
+
+async def test_enter_on_a_card_shows_its_job_cost(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        screen.query_one("#f-vram", Input).value = "80"
+        screen.sort_key = "bandwidth"
+        screen.refresh_cards()
+        await pilot.pause()
+        table = screen.query_one("#cards", DataTable)
+        table.focus()
+        key = keys_in_table(table)[1]
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert screen.query_one(TabbedContent).active == "cost-tab"
+        assert screen.query_one("#cost-card", Select).value == key
+        answer = screen.cost_answer
+        assert answer is not None and answer.spec.key == key
+        cost_table = screen.query_one("#cost-table", DataTable)
+        assert cost_table.row_count == len(answer.costs) > 0
+        costs = [c.cost for c in answer.costs]
+        assert costs == sorted(costs)
+        notes = text_of(screen.query_one("#cost-notes", Static))
+        assert "not live quotes" in notes
+        # 8 GPUs for 30 hours
+        screen.query_one("#cost-count", Input).value = "8"
+        screen.query_one("#cost-hours", Input).value = "30"
+        await pilot.pause()
+        assert screen.cost_answer is not None and screen.cost_answer.count == 8
+        # bad input: one line, no crash
+        screen.query_one("#cost-hours", Input).value = "-3"
+        await pilot.pause()
+        error = screen.query_one("#cost-error", Static)
+        assert error.display and "hours must be ≥ 0" in text_of(error)
+        screen.query_one("#cost-count", Input).value = "0"
+        screen.query_one("#cost-hours", Input).value = "2"
+        await pilot.pause()
+        assert "GPU count" in text_of(error)
+
+
+async def test_cost_shows_package_break_even(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(200, 60)) as pilot:
+        screen = await open_catalog(pilot)
+        screen.show_cost("h100_sxm", 8)
+        await pilot.pause()
+        notes = text_of(screen.query_one("#cost-notes", Static))
+        assert "Break-even:" in notes and "daily package" in notes
+        billing = {
+            screen.query_one("#cost-table", DataTable).get_cell(str(i), "billing")
+            for i in range(len(screen.cost_answer.costs))
+        }
+        assert any("second" in b for b in billing) and any("minute" in b for b in billing)
+
+
+async def test_fit_row_enter_costs_that_count(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("3")
+        screen.query_one("#fit-model", Select).value = "llama-3.1-70b"
+        await pilot.pause()
+        await pilot.press("escape")  # to the results table
+        assert screen.query_one("#fit-table", DataTable).has_focus
+        option = screen.fit_answer.fitting[0]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert screen.query_one("#cost-card", Select).value == option.card
+        assert screen.query_one("#cost-count", Input).value == str(option.count)
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_n_rents_the_card_under_the_cursor(gputui_home: Path, size):
+    app = make_app(gputui_home)
+    async with app.run_test(size=size) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("s")  # by bandwidth: the B200 first, then the H200
+        await pilot.pause()
+        screen.query_one("#cards", DataTable).move_cursor(row=0)
+        await pilot.press("down")
+        await pilot.pause()
+        key = screen.current_card_key()
+        assert key == "h200_sxm"
+        await pilot.press("n")
+        await pilot.pause()
+        create = app.screen
+        assert isinstance(create, CreateScreen)
+        for _ in range(20):
+            if create.selected_offer() is not None:
+                break
+            await pilot.pause(0.05)
+        offer = create.selected_offer()
+        assert offer is not None and offer.gpu == load_specs()[key].name
+
+
+async def test_n_from_the_fit_results_rents_that_card(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        await pilot.press("escape", "n")
+        await pilot.pause()
+        create = app.screen
+        assert isinstance(create, CreateScreen)
+        for _ in range(20):
+            if create.selected_offer() is not None:
+                break
+            await pilot.pause(0.05)
+        assert create.selected_offer().gpu == load_specs()[screen.fit_answer.fitting[0].card].name
+
+
+async def test_n_from_a_multi_gpu_fit_brings_the_gpu_count(gputui_home: Path):
+    from textual.widgets import Select
+
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        model = screen.query_one("#fit-model", Select)
+        model.value = "llama-3.1-70b"
+        await pilot.pause(0.3)
+        first = screen.fit_answer.fitting[0]
+        assert first.count > 1
+        await pilot.press("escape", "n")
+        create = app.screen
+        assert isinstance(create, CreateScreen)
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if create.query_one("#count", Select).value == first.count:
+                break
+        assert create.query_one("#count", Select).value == first.count
+
+
+async def test_keys_are_hidden_where_they_do_nothing(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        assert screen.check_action("sort", ())
+        await pilot.press("4")
+        await pilot.pause()
+        assert not screen.check_action("sort", ())
+        assert not screen.check_action("mark", ())
+        assert screen.check_action("new_instance", ())
+        before = screen.sort_key
+        await pilot.press("s")  # hidden, so nothing happens
+        assert screen.sort_key == before
+
+
+async def test_bad_config_prices_are_reported_not_fatal(gputui_home: Path):
+    from gputui.config import PriceOverride
+
+    config = Config(prices=[PriceOverride(provider="me", gpu="RTX 9999", price_per_gpu_hour=1)])
+    app = CatalogApp(config=config, store=SessionStore(gputui_home / "state.db"), background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        assert screen.query_one("#cards", DataTable).row_count == len(load_specs())
+        assert any("config.toml prices ignored" in n.message for n in app._notifications)
+
+
+async def test_user_prices_from_config_show_in_the_table(gputui_home: Path):
+    from decimal import Decimal
+
+    from gputui.config import PriceOverride
+
+    config = Config(
+        prices=[PriceOverride(provider="mylab", gpu="4090", price_per_gpu_hour=Decimal("0.05"))]
+    )
+    app = CatalogApp(config=config, store=SessionStore(gputui_home / "state.db"), background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        first = screen.cards[0]
+        assert first.key == "rtx_4090" and first.lowest.provider == "mylab"
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def utc_clock(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _snap_app(home: Path) -> GpuTuiApp:
+    return make_app(home, remember_theme=False)
+
+
+def test_catalog_snapshot(snap_compare, gputui_home: Path, utc_clock):
+    assert snap_compare(_snap_app(gputui_home), terminal_size=(80, 24), press=["g"])
+
+
+def test_compare_snapshot(snap_compare, gputui_home: Path, utc_clock):
+    assert snap_compare(
+        _snap_app(gputui_home),
+        terminal_size=(80, 24),
+        press=["g", "space", "space", "down", "space", "v"],
+    )
+
+
+def test_fit_snapshot(snap_compare, gputui_home: Path, utc_clock):
+    assert snap_compare(_snap_app(gputui_home), terminal_size=(80, 24), press=["g", "3"])
+
+
+async def test_providers_publish_their_offers_into_the_table(gputui_home):
+    """The sandbox's list prices join the table as its own rows, never as 'the lowest'."""
+    from gputui.app import GpuTuiApp
+    from gputui.catalog.prices import lowest_price
+    from gputui.config import Config
+    from gputui.store import SessionStore
+
+    app = GpuTuiApp(config=Config(), store=SessionStore(gputui_home / "state.db"),
+                    background=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("g")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        sandbox_rows = [r for r in screen.rows if r.provider == "sandbox"]
+        assert len(sandbox_rows) == 21 and all(r.simulated for r in sandbox_rows)
+        lowest = lowest_price("rtx_4090", screen.rows)
+        assert lowest is not None and lowest.provider != "sandbox"
