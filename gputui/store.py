@@ -489,6 +489,47 @@ class SessionStore:
         rows = self._query("SELECT instance_id, data FROM ledger ORDER BY ended")
         return [self._load(LedgerEntry, d, f"ledger entry {i}") for i, d in rows]
 
+    # -- release claims (two processes never release one instance at once) ----------------------
+
+    def claim_release_sync(self, instance_id: str, owner: str, ttl_s: float = 300.0) -> bool:
+        """Claim the right to release an instance. False while another owner's claim is fresh
+        (the console and the daemon each tick over the same leases). A claim lapses after
+        `ttl_s` (its holder crashed), or at once if its holder's process on this host is gone."""
+        import os
+        import socket
+
+        host = socket.gethostname()
+        now = time.time()
+        with self._tx() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS claims (instance_id TEXT PRIMARY KEY, "
+                         "owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, "
+                         "expires REAL NOT NULL)")
+            row = conn.execute("SELECT owner, host, pid, expires FROM claims WHERE instance_id=?",
+                               (instance_id,)).fetchone()
+            if row is not None and row[0] != owner and row[3] > now:
+                alive = True
+                if row[1] == host:
+                    try:
+                        os.kill(int(row[2]), 0)
+                    except ProcessLookupError:
+                        alive = False
+                    except OSError:
+                        pass
+                if alive:
+                    return False
+            conn.execute("INSERT INTO claims(instance_id, owner, host, pid, expires) "
+                         "VALUES (?, ?, ?, ?, ?) ON CONFLICT(instance_id) DO UPDATE SET "
+                         "owner=excluded.owner, host=excluded.host, pid=excluded.pid, "
+                         "expires=excluded.expires",
+                         (instance_id, owner, host, self._pid, now + ttl_s))
+        return True
+
+    def drop_claim_sync(self, instance_id: str, owner: str) -> None:
+        with self._tx() as conn:
+            with contextlib.suppress(sqlite3.OperationalError):  # no claims table yet
+                conn.execute("DELETE FROM claims WHERE instance_id=? AND owner=?",
+                             (instance_id, owner))
+
     # -- async face --------------------------------------------------------------------------------
 
     async def put_instance(self, inst: Instance) -> Instance:
@@ -525,6 +566,12 @@ class SessionStore:
 
     async def ledger(self) -> list[LedgerEntry]:
         return await _to_thread(self.ledger_sync)
+
+    async def claim_release(self, instance_id: str, owner: str, ttl_s: float = 300.0) -> bool:
+        return await _to_thread(self.claim_release_sync, instance_id, owner, ttl_s)
+
+    async def drop_claim(self, instance_id: str, owner: str) -> None:
+        await _to_thread(self.drop_claim_sync, instance_id, owner)
 
     # -- telemetry and links (memory only) ---------------------------------------------------------
 

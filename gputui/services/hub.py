@@ -120,6 +120,7 @@ class Services:
     ) -> None:
         self.store = store
         self.config = config
+        self.claim_owner = uuid.uuid4().hex  # who holds a release claim in the store
         self.state_dir = state_dir or ensure_state_dir()
         # No ~/.ssh/config: an instance is reached exactly as recorded. Keys: the instance's own
         # key file, else the user's default keys and ssh-agent (bring-your-own hosts).
@@ -390,10 +391,25 @@ class Services:
         start; provider errors are retried with backoff; the provider is then asked again to
         confirm the instance is gone, and an alarm is raised if it is not.
         """
-        import asyncio
-
         if not inst.status.live:
             return None
+        # One releaser at a time across processes (the console, the daemon, `gputui reap`):
+        # whoever holds the claim releases; the others leave it alone. Under the claim the record
+        # is read again, so an instance another process just released is not released twice.
+        if not await self.store.claim_release(inst.id, self.claim_owner):
+            return None
+        try:
+            fresh = await self.store.get_instance(inst.id)
+            if fresh is None or not fresh.status.live:
+                return None
+            return await self._release(fresh, reason, attempts=attempts, backoff=backoff)
+        finally:
+            await self.store.drop_claim(inst.id, self.claim_owner)
+
+    async def _release(self, inst: Instance, reason: EndReason, *, attempts: int,
+                       backoff: float) -> LedgerEntry | None:
+        import asyncio
+
         provider = self.provider(inst.provider)
         reason = inst.end_reason if inst.status == InstanceStatus.RELEASING and inst.end_reason else reason
         inst = await self.store.update_instance(inst.id, lambda i: i.model_copy(update={

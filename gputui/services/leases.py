@@ -198,7 +198,8 @@ class LeaseService:
             reason = self._due(inst, lease, now)
             if reason:
                 try:
-                    await self.services.release(inst, reason)
+                    if await self.services.release(inst, reason) is None:
+                        continue  # released (or being released) by another process
                     result.released.append(inst.name)
                     self.store.notify(f"{inst.name} released ({reason})", "information",
                                       bell=True, instance_id=inst.id)
@@ -236,7 +237,8 @@ class LeaseService:
                        (alert.instance_id is None or i.id == alert.instance_id)]
             for inst in targets:
                 try:
-                    await self.services.release(inst, "budget")
+                    if await self.services.release(inst, "budget") is None:
+                        continue  # released (or being released) by another process
                     result.released.append(inst.name)
                     self.store.notify(f"{inst.name} released: budget cap reached", "error",
                                       bell=True, instance_id=inst.id)

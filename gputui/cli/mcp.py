@@ -1,0 +1,21 @@
+"""`gputui mcp`: the Model Context Protocol server over stdio, for coding agents.
+
+Stricter than the command line: every create sets a release timer, a release and anything that
+would spend over the configured cap need `confirm: true`, and no result carries a secret.
+The server itself is `gputui.mcp_server` (an adapter like this package; services never import it).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from gputui.mcp_server import serve_stdio
+
+    return serve_stdio(args.config)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("mcp", help="serve gputui's actions to AI agents (MCP over stdio)")
+    s.set_defaults(handler=cmd_mcp)
