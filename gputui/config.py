@@ -106,6 +106,23 @@ class BudgetSettings(_Section):
     release_at_cap: bool = False
 
 
+class McpSettings(_Section):
+    """`gputui mcp` (agents): stricter than the command line."""
+
+    default_release: str = "2h"  # every create sets a timer; this when the agent gives none
+    max_release: str = "24h"  # the longest timer an agent may set or extend to
+    # Spending more than this (per currency) needs `confirm: true`; a currency not listed
+    # always needs it.
+    confirm_over: dict[str, Decimal] = Field(
+        default_factory=lambda: {"USD": Decimal("10"), "CNY": Decimal("70")})
+
+    @field_validator("default_release", "max_release")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+
 class SandboxSettings(_Section):
     enabled: bool = True
 
@@ -155,6 +172,7 @@ class Config(_Section):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     providers: ProviderSettings = Field(default_factory=ProviderSettings)
     prices: list[PriceOverride] = Field(default_factory=list)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
 
 def default_config() -> Config:
@@ -169,6 +187,7 @@ def default_config() -> Config:
             lambda_cloud=LambdaSettings.model_construct(),
         ),
         prices=[],
+        mcp=McpSettings.model_construct(),
     )
 
 

@@ -1,0 +1,158 @@
+"""`gputui mcp`, driven as an agent drives it: the SDK's own stdio client against the sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from gputui.models import utcnow
+from tests.conftest import REPO
+
+SECRET = "secret_lambda_key_0123456789abcdef"
+
+
+def _prepare(home: Path, config: str | None) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        (home / "config.toml").write_text(config)
+        (home / "config.toml").chmod(0o600)
+
+
+@asynccontextmanager
+async def agent(home: Path, config: str | None = None):
+    _prepare(home, config)
+    env = {"GPUTUI_HOME": str(home), "PYTHONPATH": str(REPO),
+           "PATH": os.environ.get("PATH", "")}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gputui", "mcp"],
+                                   env=env, cwd=str(home))
+    with (home / "mcp.err").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+
+
+def data(result) -> object:
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        sc = result.structured_content
+        return sc.get("result", sc) if isinstance(sc, dict) and set(sc) == {"result"} else sc
+    return json.loads(result.content[0].text)
+
+
+def instances(home: Path) -> list[dict]:
+    from gputui.services.views import instance_view
+    from gputui.store import SessionStore
+
+    store = SessionStore(home / "state.db")
+    try:
+        return [instance_view(i, store.get_lease_sync(i.id))
+                for i in store.instances_sync(live_only=True)]
+    finally:
+        store.close()
+
+
+async def test_an_agent_rents_runs_and_releases_with_the_stricter_rules(gputui_home: Path):
+    async with agent(gputui_home) as session:
+        tools = {t.name for t in (await session.list_tools()).tools}
+        assert {"list_instances", "offers", "fit", "cost_estimate", "create", "extend",
+                "release", "run_command", "smi_snapshot", "ollama_list", "ollama_pull",
+                "ollama_load"} <= tools
+
+        offers = data(await session.call_tool("offers", {"provider": "sandbox"}))
+        assert any("4090" in o["gpu"] and o["currency"] == "USD" for o in offers)
+
+        made = data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "agent-1"}))
+        assert made["name"] == "agent-1" and made["status"] == "running"
+        assert "ssh" not in made  # no way in that bypasses the tools
+        left = datetime.fromisoformat(made["release_at"]) - utcnow()
+        assert timedelta(hours=1, minutes=58) < left <= timedelta(hours=2)  # the default timer
+
+        run = data(await session.call_tool("run_command", {
+            "name": "agent-1", "command": "nvidia-smi -L; printf '\\033[2Jx\\n'; exit 3"}))
+        assert run["exit_status"] == 3 and "RTX 4090" in run["stdout"]
+        assert "\x1b" not in run["stdout"]
+
+        smi = data(await session.call_tool("smi_snapshot", {"name": "agent-1"}))
+        assert len(smi["gpus"]) == 1 and "4090" in smi["gpus"][0]["name"]
+
+        pulled = data(await session.call_tool("ollama_pull", {"name": "agent-1",
+                                                               "model": "qwen2.5:0.5b"}))
+        assert pulled["pulled"] and pulled["bytes"] > 300_000_000
+        loaded = data(await session.call_tool("ollama_load", {
+            "name": "agent-1", "model": "qwen2.5:0.5b", "gpus": [0]}))
+        assert loaded["loaded"], loaded
+        have = data(await session.call_tool("ollama_list", {"name": "agent-1"}))
+        assert [m["name"] for m in have["models"]] == ["qwen2.5:0.5b"]
+        assert [m["name"] for m in have["loaded"]] == ["qwen2.5:0.5b"]
+
+        ext = data(await session.call_tool("extend", {"name": "agent-1", "by": "30m"}))
+        assert datetime.fromisoformat(ext["release_at"]) - datetime.fromisoformat(
+            made["release_at"]) == timedelta(minutes=30)
+
+        listed = data(await session.call_tool("list_instances", {}))
+        assert [i["name"] for i in listed] == ["agent-1"]
+
+        # release needs confirm: true; without it nothing happens
+        with pytest.raises(MCPError, match="confirm: true"):
+            await session.call_tool("release", {"name": "agent-1"})
+        assert [i["name"] for i in instances(gputui_home)] == ["agent-1"]
+        gone = data(await session.call_tool("release", {"name": "agent-1", "confirm": True}))
+        assert gone["released"] and gone["currency"] == "USD"
+    assert instances(gputui_home) == []
+
+
+async def test_bad_input_is_an_error_and_nothing_is_started_or_spent(gputui_home: Path):
+    config = '[mcp]\nconfirm_over = { USD = "1" }\n'
+    async with agent(gputui_home, config) as session:
+        cases = [
+            ("create", {}, None),  # no gpu
+            ("create", {"gpu": "RTX 4090", "release_after": "0s"}, "release_after"),
+            ("create", {"gpu": "RTX 4090", "release_after": "400d"}, "release_after"),
+            ("create", {"gpu": "RTX 4090", "release_after": "never"}, "release_after"),
+            ("create", {"gpu": "RTX 4090", "count": -3}, "count"),
+            ("create", {"gpu": "RTX 4090", "count": 100000}, "count"),
+            ("create", {"gpu": "RTX 9999"}, "unknown GPU"),
+            ("create", {"gpu": "RTX 4090", "provider": "nope"}, "provider"),
+            # 8 × H100 for 2 h is far over the 1 USD cap: needs confirm
+            ("create", {"gpu": "H100 SXM", "count": 8, "release_after": "2h"}, "confirm: true"),
+            ("extend", {"name": "nosuch"}, "no instance named"),
+            ("release", {"name": "nosuch", "confirm": True}, "no instance named"),
+            ("run_command", {"name": "nosuch", "command": "true"}, "no instance named"),
+            ("cost_estimate", {"gpu": "RTX 4090", "hours": -1}, "hours"),
+            ("cost_estimate", {"gpu": "RTX 4090", "hours": 1e308}, "hours"),
+        ]
+        for tool, args, text in cases:
+            try:
+                result = await session.call_tool(tool, args)
+            except MCPError as exc:  # a JSON-RPC error
+                assert text is None or text in exc.message, (tool, args, exc.message)
+                continue
+            # the SDK answers argument validation failures as a tool error
+            assert result.is_error, (tool, args, result)
+            assert text is None or text in result.content[0].text, (tool, args, result)
+    assert instances(gputui_home) == []
+    assert not (gputui_home / "sandbox" / "instances").exists() or not any(
+        (gputui_home / "sandbox" / "instances").iterdir())
+
+
+async def test_results_never_carry_secrets(gputui_home: Path):
+    config = f'[providers.lambda]\nenabled = false\napi_key = "{SECRET}"\n'
+    async with agent(gputui_home, config) as session:
+        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "s1",
+                                                "release_after": "10m"}))
+        run = data(await session.call_tool("run_command", {
+            "name": "s1", "command": f"echo key={SECRET}; echo {SECRET} >&2"}))
+        assert SECRET not in json.dumps(run) and "key=***" in run["stdout"]
+        listed = await session.call_tool("list_instances", {})
+        assert SECRET not in json.dumps(listed.model_dump())
+        data(await session.call_tool("release", {"name": "s1", "confirm": True}))
