@@ -192,7 +192,21 @@ class GpuTuiApp(App[int]):
             return
         rate, accrued, count = self.meter()
         bar.tick(rate, accrued, count, self.now())
+        bar.keeper = self.keeper_note()
         bar.size_note = size_note(self.size.width, self.size.height)
+
+    def keeper_note(self) -> str:
+        """"deadlines kept by the daemon" while a `gputui daemon` runs on this state (asked
+        every 5 s: an open and a flock)."""
+        import time
+
+        from gputui.services.daemon import daemon_status
+
+        now = time.monotonic()
+        if now - getattr(self, "_keeper_at", -10.0) >= 5.0:
+            self._keeper_at = now
+            self._keeper = daemon_status(self.services.state_dir) is not None
+        return "deadlines kept by the daemon" if self._keeper else ""
 
     def _tick(self) -> None:
         self.refresh_meter()

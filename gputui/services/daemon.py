@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.errors import BadInput, GputuiError
-from gputui.models import InstanceStatus, utcnow
+from gputui.models import utcnow
 from gputui.store import InstanceChanged, Notice
 
 if TYPE_CHECKING:
@@ -326,18 +326,38 @@ class Daemon:
         return self.telemetry.watching()
 
 
-def needs_layer3(services: Services) -> list[str]:
+_PROVIDER_CLASSES = {
+    "sandbox": "gputui.providers.sandbox:SandboxProvider",
+    "ssh": "gputui.providers.ssh:SshProvider",
+    "lambda": "gputui.providers.lambda_cloud:LambdaProvider",
+}
+
+
+def capabilities_of(services: Services, provider: str) -> Any:
+    """A provider's declared capabilities, without making one that is disabled."""
+    if provider in services.providers:
+        with contextlib.suppress(KeyError):
+            return services.providers[provider].capabilities
+    spec = _PROVIDER_CLASSES.get(provider)
+    if spec is None:
+        return None
+    import importlib
+
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name).capabilities
+
+
+def needs_layer3(services: Services, instances: list[Any] | None = None) -> list[str]:
     """Names of live instances whose provider's power-off does not stop the billing (Lambda):
-    only a local release (console, daemon, cron) keeps their deadline."""
+    only a local release (the console, the daemon, a cron line) keeps their deadline."""
+    if instances is None:
+        instances = services.store.instances_sync(live_only=True)
     names = []
-    for inst in services.store.instances_sync(live_only=True):
-        if inst.provider not in services.providers:
+    for inst in instances:
+        if not inst.status.live:
             continue
-        try:
-            caps = services.provider(inst.provider).capabilities
-        except GputuiError:
-            continue
-        if not caps.power_off_stops_billing and inst.status != InstanceStatus.RELEASED:
+        caps = capabilities_of(services, inst.provider)
+        if caps is not None and not caps.power_off_stops_billing:
             names.append(inst.name)
     return names
 

@@ -49,11 +49,13 @@ class HomeScreen(BaseScreen):
     ]
     DEFAULT_CSS = """
     HomeScreen #hint { padding: 1 2; color: $text-muted; }
+    HomeScreen #keeper { padding: 0 1; color: $warning; display: none; }
     HomeScreen DataTable { height: 1fr; }
     """
 
     def compose_body(self) -> ComposeResult:
         yield Static(EMPTY_HINT, id="hint")
+        yield Static("", id="keeper")
         yield DataTable(id="instances", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
@@ -80,6 +82,7 @@ class HomeScreen(BaseScreen):
             self._put_row(inst)
         hint = self.query_one("#hint", Static)
         hint.display = not self._instances
+        self.check_keeper()
         if not self._instances and store.ledger_sync():
             hint.update("Nothing running. Ended instances and what they cost are in Costs "
                         "([b]c[/b], then 2). Press [b]n[/b] to rent another.")
@@ -126,7 +129,25 @@ class HomeScreen(BaseScreen):
             table.update_cell(iid, key, value, update_width=before is None or len(text) > len(before))
             shown[key] = text
 
+    def check_keeper(self) -> None:
+        """Where only a local release keeps a deadline (Lambda: a power-off does not stop the
+        billing) and neither a daemon nor a cron line is known, say so."""
+        from gputui.services.daemon import deadline_keeper, needs_layer3
+
+        note = self.query_one("#keeper", Static)
+        names = needs_layer3(self.gapp.services, list(self._instances.values()))
+        if not names or deadline_keeper(self.gapp.services.state_dir) is not None:
+            note.display = False
+            return
+        who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        note.update(Text(f"⚠ Only gputui releases {who} at the deadline and no daemon runs: keep "
+                         "this console open, or run `gputui daemon --install`."))
+        note.display = True
+
     def tick(self) -> None:
+        self._ticks = getattr(self, "_ticks", 0) + 1
+        if self._ticks % 10 == 0:  # a daemon started or stopped meanwhile
+            self.check_keeper()
         table = self.query_one(DataTable)
         now = self.gapp.now()
         for inst in self._instances.values():

@@ -33,6 +33,7 @@ class TopBar(Static):
     billing_count: reactive[int] = reactive(0)
     clock: reactive[str] = reactive("")
     size_note: reactive[str] = reactive("")
+    keeper: reactive[str] = reactive("")  # "deadlines kept by the daemon" while one runs
 
     def render(self) -> Text:
         left = Text.assemble(("gputui", "bold"), " · ", (self.title, "bold"))
@@ -46,6 +47,11 @@ class TopBar(Static):
         )
         right = Text(f"{meter} · {self.clock}")
         width = self.size.width - 2 if self.size.width else 78
+        if self.keeper:
+            room = width - left.cell_len - right.cell_len - 1
+            keeper = self.keeper if len(self.keeper) + 2 <= room else "daemon ✓"
+            if len(keeper) + 2 <= room:
+                left.append(f"  {keeper}", style="italic")
         pad = max(1, width - left.cell_len - right.cell_len)
         return Text.assemble(left, " " * pad, right)
 
