@@ -82,7 +82,7 @@ class HomeScreen(BaseScreen):
             self._put_row(inst)
         hint = self.query_one("#hint", Static)
         hint.display = not self._instances
-        self.check_keeper()
+        self.call_after_refresh(self.check_keeper)  # not before the first frame
         if not self._instances and store.ledger_sync():
             hint.update("Nothing running. Ended instances and what they cost are in Costs "
                         "([b]c[/b], then 2). Press [b]n[/b] to rent another.")
