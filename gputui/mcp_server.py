@@ -135,9 +135,31 @@ def _fail(exc: GputuiError) -> Exception:
     return ToolError(str(exc))
 
 
+class _Server(MCPServer):
+    """The SDK answers arguments that fail the tools' schemas, and unknown tools, as tool
+    results; here they are what the protocol calls them: invalid-params errors, one line."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Any = None) -> Any:
+        from mcp.server.mcpserver.exceptions import ToolError
+        from pydantic import ValidationError
+
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                err = cause.errors()[0]
+                where = ".".join(str(part) for part in err["loc"]) or "arguments"
+                raise bad(f"{name}: {where}: {err['msg'].lower()}") from None
+            if self._tool_manager.get_tool(name) is None:
+                raise bad(f"unknown tool {name!r}") from None
+            raise
+
+
 def build_server(config: Config) -> tuple[MCPServer, Gateway]:
     gw = Gateway(config)
-    server: MCPServer = MCPServer(
+    server: MCPServer = _Server(
         "gputui", instructions=(
             "Rent GPUs with a release timer, run commands on them, watch them and release "
             "them. Every instance created here is released at its timer. release, and "

@@ -115,7 +115,9 @@ async def test_bad_input_is_an_error_and_nothing_is_started_or_spent(gputui_home
     config = '[mcp]\nconfirm_over = { USD = "1" }\n'
     async with agent(gputui_home, config) as session:
         cases = [
-            ("create", {}, None),  # no gpu
+            ("create", {}, "gpu: field required"),
+            ("create", {"gpu": 4090}, "gpu: input should be a valid string"),
+            ("launch_everything", {}, "unknown tool"),
             ("create", {"gpu": "RTX 4090", "release_after": "0s"}, "release_after"),
             ("create", {"gpu": "RTX 4090", "release_after": "400d"}, "release_after"),
             ("create", {"gpu": "RTX 4090", "release_after": "never"}, "release_after"),
@@ -132,14 +134,11 @@ async def test_bad_input_is_an_error_and_nothing_is_started_or_spent(gputui_home
             ("cost_estimate", {"gpu": "RTX 4090", "hours": 1e308}, "hours"),
         ]
         for tool, args, text in cases:
-            try:
-                result = await session.call_tool(tool, args)
-            except MCPError as exc:  # a JSON-RPC error
-                assert text is None or text in exc.message, (tool, args, exc.message)
-                continue
-            # the SDK answers argument validation failures as a tool error
-            assert result.is_error, (tool, args, result)
-            assert text is None or text in result.content[0].text, (tool, args, result)
+            with pytest.raises(MCPError) as caught:  # a JSON-RPC error, one line
+                await session.call_tool(tool, args)
+            assert caught.value.code == -32602, (tool, args)
+            assert text in caught.value.message and "\n" not in caught.value.message, (
+                tool, args, caught.value.message)
     assert instances(gputui_home) == []
     assert not (gputui_home / "sandbox" / "instances").exists() or not any(
         (gputui_home / "sandbox" / "instances").iterdir())

@@ -40,6 +40,13 @@ async def _sandbox_instance(services, name: str, lease: Lease | None = None):
     return await services.create("sandbox", offer, request, lease=lease)
 
 
+def _fetch(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read().decode()
+
+
 async def _until(condition, deadline_s: float = 60.0, step: float = 0.1):
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
@@ -138,10 +145,14 @@ async def test_console_and_daemon_together_release_each_instance_once(services,
     log = gputui_home / "daemon.err"
     with log.open("w") as err:
         daemon = subprocess.Popen(  # noqa: ASYNC220 (started once; the test awaits its effects)
-            [*GPUTUI, "daemon", "--interval", "1"], stdout=err, stderr=err,
+            [*GPUTUI, "daemon", "--interval", "1", "--metrics", "127.0.0.1:0"], stdout=err, stderr=err,
             env=run_gputui_env(gputui_home), stdin=subprocess.DEVNULL)
     try:
-        assert await _until(lambda: daemon_status(gputui_home) is not None, 60)
+        assert await _until(lambda: (daemon_status(gputui_home) or DaemonInfo(0, "")).metrics
+                            not in (None, "127.0.0.1:0"), 60)
+        where = daemon_status(gputui_home).metrics
+        scraped = await asyncio.to_thread(_fetch, f"http://{where}/metrics")
+        assert scraped.count("gputui_instance_release_in_seconds{") == 3
         console = LeaseService(services)
         notices: list[str] = []
         services.store.subscribe(lambda ev: notices.append(getattr(ev, "text", "")))
