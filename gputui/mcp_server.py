@@ -259,7 +259,16 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             await LeaseService(services).arm(inst)
         except GputuiError as exc:
             raise _fail(exc) from None
-        return gw.view(services.store.get_instance_sync(inst.id) or inst)
+        result = gw.view(services.store.get_instance_sync(inst.id) or inst)
+        from gputui.services.daemon import capabilities_of, deadline_keeper
+
+        caps = capabilities_of(services, provider)
+        if caps is not None and not caps.power_off_stops_billing and \
+                deadline_keeper(services.state_dir) is None:
+            result["warning"] = ("only gputui releases this instance at its deadline (a power-off "
+                                 "does not stop the billing) and no gputui daemon runs: start "
+                                 "one with `gputui daemon` or `gputui daemon --install`")
+        return result
 
     @server.tool()
     async def extend(name: str, by: str = "1h", confirm: bool = False) -> dict[str, Any]:

@@ -244,3 +244,45 @@ def test_notices_become_desktop_notifications_and_log_lines(tmp_path: Path,
     err = capsys.readouterr().err
     assert "warning: job-1 will be released in 1 min\n" in err and "\x1b" not in err
     assert "information: job-1 armed" in err
+
+
+async def test_daemon_finishes_a_release_a_crash_left_half_done(services):
+    from gputui.models import InstanceStatus
+
+    inst = await _sandbox_instance(services, "half", Lease(
+        instance_id="x", release_at=utcnow() + timedelta(hours=2)))
+    # the console marked it RELEASING (reason: timer) and died before the provider was asked
+    await services.store.update_instance(inst.id, lambda i: i.model_copy(update={
+        "status": InstanceStatus.RELEASING, "end_reason": "timer"}))
+    daemon = Daemon(services)
+    try:
+        await daemon.step()
+    finally:
+        await daemon.telemetry.close()
+    ended = services.store.get_instance_sync(inst.id)
+    assert ended.status == InstanceStatus.RELEASED and ended.end_reason == "timer"
+    [entry] = await services.store.ledger()
+    assert entry.end_reason == "timer"
+
+
+async def test_daemon_watches_budgets_and_releases_at_the_cap(services):
+    from decimal import Decimal
+
+    services.config.budget.per_instance = Decimal("0.001")
+    services.config.budget.release_at_cap = True
+    inst = await _sandbox_instance(services, "pricey", Lease(
+        instance_id="x", release_at=utcnow() + timedelta(hours=2)))
+    notices: list[str] = []
+    daemon = Daemon(services, on_notice=lambda n: notices.append(n.text))
+
+    async def over_cap() -> bool:
+        await daemon.step()
+        return not services.store.get_instance_sync(inst.id).status.live
+
+    try:
+        assert await _until(over_cap, 150, step=0.5)
+    finally:
+        await daemon.telemetry.close()
+    assert services.store.get_instance_sync(inst.id).end_reason == "budget"
+    assert any(n.startswith("Budget: this instance is 100 %") for n in notices), notices
+    assert any("pricey released: budget cap reached" in n for n in notices), notices
