@@ -155,3 +155,26 @@ async def test_results_never_carry_secrets(gputui_home: Path):
         listed = await session.call_tool("list_instances", {})
         assert SECRET not in json.dumps(listed.model_dump())
         data(await session.call_tool("release", {"name": "s1", "confirm": True}))
+
+
+async def test_on_lambda_create_warns_that_no_daemon_keeps_the_deadline(gputui_home: Path):
+    """Lambda (its emulator): only a local release keeps the deadline there. Without a daemon
+    the agent is told so; the API key never shows in a result."""
+    from tests.providers.lambda_emulator import TEST_KEY, LambdaEmulator
+
+    async with LambdaEmulator(request_interval=0, launch_interval=0, boot_seconds=0.15,
+                              terminate_seconds=0.3, gone_seconds=0.3) as emu:
+        config = (f'[providers.lambda]\nenabled = true\nbase_url = "{emu.base_url}"\n'
+                  f'api_key = "{TEST_KEY}"\n')
+        async with agent(gputui_home, config) as session:
+            results = []
+            made = await session.call_tool("create", {"gpu": "A10", "provider": "lambda",
+                                                      "name": "lam", "confirm": True})
+            results.append(made)
+            item = data(made)
+            assert item["status"] == "running" and item["provider"] == "lambda"
+            assert "no gputui daemon runs" in item["warning"]
+            results.append(await session.call_tool("list_instances", {}))
+            results.append(await session.call_tool("release", {"name": "lam", "confirm": True}))
+            assert data(results[-1])["released"]
+            assert all(TEST_KEY not in json.dumps(r.model_dump()) for r in results)
