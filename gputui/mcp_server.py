@@ -36,6 +36,16 @@ MAX_OUTPUT = 64_000  # characters of command output returned (the tail)
 MAX_COMMAND_S = 600
 
 
+def default_name(gpu: str) -> str:
+    """`agent-4090-1a2b`: says who rented it."""
+    import re
+    import secrets
+
+    short = re.sub(r"(?i)\b(nvidia|geforce|tesla|rtx)\b", "", gpu)
+    short = re.sub(r"[^a-z0-9]+", "-", short.lower()).strip("-")[:16] or "gpu"
+    return f"agent-{short}-{secrets.token_hex(2)}"
+
+
 def bad(message: str) -> MCPError:
     """Bad input: a JSON-RPC invalid-params error, nothing done."""
     return MCPError(INVALID_PARAMS, message)
@@ -51,14 +61,12 @@ class Gateway:
     @property
     def services(self) -> Services:
         if self._services is None:
-            from gputui.cli.output import services_for
+            from gputui.config import ensure_state_dir, state_path
+            from gputui.services.hub import Services
+            from gputui.store import SessionStore
 
-            class _Args:
-                pass
-
-            args = _Args()
-            args.config = self.config  # type: ignore[attr-defined]
-            self._services = services_for(args)  # type: ignore[arg-type]
+            ensure_state_dir()
+            self._services = Services(SessionStore(state_path()), self.config)
         return self._services
 
     async def close(self) -> None:
@@ -224,7 +232,6 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         [mcp] default_release); spending over the cap needs confirm: true."""
         from pydantic import ValidationError
 
-        from gputui.cli.instances import _default_name
         from gputui.providers.base import CreateRequest
         from gputui.services.leases import LeaseService
 
@@ -241,7 +248,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             offer = await services.find_offer(provider, gpu)
             gpus = offer.gpu_count if count is None else count
             request = CreateRequest(offer_id=offer.offer_id, gpu_count=gpus,
-                                    name=name or _default_name(offer.gpu), disk_gb=50)
+                                    name=name or default_name(offer.gpu), disk_gb=50)
             services.check_name_free(request.name)
         except ValidationError as exc:
             err = exc.errors()[0]

@@ -147,14 +147,15 @@ async def test_bad_input_is_an_error_and_nothing_is_started_or_spent(gputui_home
 async def test_results_never_carry_secrets(gputui_home: Path):
     config = f'[providers.lambda]\nenabled = false\napi_key = "{SECRET}"\n'
     async with agent(gputui_home, config) as session:
-        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "s1",
-                                                "release_after": "10m"}))
+        made = data(await session.call_tool("create", {"gpu": "RTX 4090",
+                                                       "release_after": "10m"}))
+        assert made["name"].startswith("agent-4090-")  # says who rented it
         run = data(await session.call_tool("run_command", {
-            "name": "s1", "command": f"echo key={SECRET}; echo {SECRET} >&2"}))
+            "name": made["name"], "command": f"echo key={SECRET}; echo {SECRET} >&2"}))
         assert SECRET not in json.dumps(run) and "key=***" in run["stdout"]
         listed = await session.call_tool("list_instances", {})
         assert SECRET not in json.dumps(listed.model_dump())
-        data(await session.call_tool("release", {"name": "s1", "confirm": True}))
+        data(await session.call_tool("release", {"name": made["name"], "confirm": True}))
 
 
 async def test_on_lambda_create_warns_that_no_daemon_keeps_the_deadline(gputui_home: Path):
