@@ -199,7 +199,11 @@ def cmd_release(args: argparse.Namespace) -> int:
         inst = services.store.find_instance_sync(args.name)
         entry = await services.release(inst, "manual")
         if entry is None:
-            print(f"{inst.name} was already {inst.status.value}")
+            now = services.store.get_instance_sync(inst.id) or inst
+            if now.status.live:  # claimed by the daemon or a console: it finishes the release
+                raise CommandError(f"{inst.name}: another gputui process (the daemon or a "
+                                   "console) is releasing it now")
+            print(f"{inst.name} was already {now.status.value}")
             return 0
         if args.json:
             print_json(json.loads(entry.model_dump_json()))
