@@ -286,3 +286,14 @@ async def test_daemon_watches_budgets_and_releases_at_the_cap(services):
     assert services.store.get_instance_sync(inst.id).end_reason == "budget"
     assert any(n.startswith("Budget: this instance is 100 %") for n in notices), notices
     assert any("pricey released: budget cap reached" in n for n in notices), notices
+
+
+async def test_release_command_says_another_process_is_releasing(services, gputui_home: Path):
+    inst = await _sandbox_instance(services, "held")
+    assert await services.store.claim_release(inst.id, "the-daemon")
+    out = await asyncio.to_thread(gputui, gputui_home, "release", "held")
+    assert out.returncode == 1 and "another gputui process" in out.stderr, out
+    assert services.store.get_instance_sync(inst.id).status.live  # untouched
+    await services.store.drop_claim(inst.id, "the-daemon")
+    out = await asyncio.to_thread(gputui, gputui_home, "release", "held")
+    assert out.returncode == 0 and out.stdout.startswith("released held"), out
