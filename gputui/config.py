@@ -100,6 +100,7 @@ class LeaseSettings(_Section):
 
 
 class BudgetSettings(_Section):
+    currency: str = "USD"  # the caps are in this currency (USD or CNY); never mixed with another
     daily: Decimal | None = Field(default=None, ge=0)
     monthly: Decimal | None = Field(default=None, ge=0)
     per_instance: Decimal | None = Field(default=None, ge=0)
@@ -141,10 +142,36 @@ class LambdaSettings(_Section):
         return bool(self.enabled or (env.get(LAMBDA_KEY_ENV) or "").strip())
 
 
+AUTODL_TOKEN_ENV = "AUTODL_TOKEN"
+
+
+class AutoDLSettings(_Section):
+    enabled: bool = False
+    base_url: str | None = None
+    token: str | None = None  # prefer AUTODL_TOKEN; a file holding it must be 0600
+    min_balance: Decimal = Field(default=Decimal("5"), ge=0)  # ¥: create refuses below this
+    image: str = "base-image-l2t43iu6uk"  # PyTorch 2.0.0, CUDA 11.8, Ubuntu 20.04
+    cuda_v_from: int = Field(default=118, ge=0)
+    at_deadline: Literal["release", "stop"] = "release"
+
+    def wanted(self, env: Any = None) -> bool:
+        """Use the provider? When `[providers.autodl] enabled` or `AUTODL_TOKEN` is set."""
+        env = os.environ if env is None else env
+        return bool(self.enabled or self.token or (env.get(AUTODL_TOKEN_ENV) or "").strip())
+
+
+class MoneySettings(_Section):
+    """How currencies are combined: never, unless the user sets a rate (and it is shown)."""
+
+    cny_per_usd: Decimal | None = Field(default=None, gt=0)  # e.g. 7.1: ¥ per $1
+    rate_note: str | None = None  # where the rate came from, e.g. "my bank, 2026-11-30"
+
+
 class ProviderSettings(_Section):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     # `lambda` is a Python keyword, so the attribute has another name.
     lambda_cloud: LambdaSettings = Field(default_factory=LambdaSettings, alias="lambda")
+    autodl: AutoDLSettings = Field(default_factory=AutoDLSettings)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
@@ -171,6 +198,7 @@ class Config(_Section):
     lease: LeaseSettings = Field(default_factory=LeaseSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     providers: ProviderSettings = Field(default_factory=ProviderSettings)
+    money: MoneySettings = Field(default_factory=MoneySettings)
     prices: list[PriceOverride] = Field(default_factory=list)
     mcp: McpSettings = Field(default_factory=McpSettings)
 
@@ -185,7 +213,9 @@ def default_config() -> Config:
         providers=ProviderSettings.model_construct(
             sandbox=SandboxSettings.model_construct(),
             lambda_cloud=LambdaSettings.model_construct(),
+            autodl=AutoDLSettings.model_construct(),
         ),
+        money=MoneySettings.model_construct(),
         prices=[],
         mcp=McpSettings.model_construct(),
     )
@@ -228,6 +258,9 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"{path}: key '{where}': {msg}{extra}") from None
     if config.providers.lambda_cloud.api_key and _readable_by_others(path):
         raise ConfigError(f"{path}: key 'providers.lambda.api_key': the file holds an API key "
+                          f"and others can read it; run chmod 600 {path}")
+    if config.providers.autodl.token and _readable_by_others(path):
+        raise ConfigError(f"{path}: key 'providers.autodl.token': the file holds an AutoDL token "
                           f"and others can read it; run chmod 600 {path}")
     return config
 

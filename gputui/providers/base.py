@@ -40,6 +40,8 @@ class CreateRequest(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     image: str | None = None
     disk_gb: float = Field(default=50, ge=1, le=100_000)
+    # the lease's deadline, for providers that arm a timer on the instance at boot (AutoDL)
+    release_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -97,3 +99,11 @@ class Provider(Protocol):
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
         """Layer 2: ask the provider to terminate at `at` (None cancels). False if it can't."""
         ...
+
+    # Where `capabilities.stop_start`: power off (compute billing stops; storage goes on) and
+    # power on again. Each returns the instance as the provider then shows it.
+    async def stop(self, instance: Instance) -> Instance:
+        raise ProviderError(f"{instance.provider}: cannot stop and start instances")
+
+    async def start(self, instance: Instance, release_at: datetime | None = None) -> Instance:
+        raise ProviderError(f"{instance.provider}: cannot stop and start instances")

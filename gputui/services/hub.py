@@ -150,12 +150,23 @@ class Services:
                 store.notify(warning, "warning")
             return made
 
+        def autodl() -> Provider | None:
+            from gputui.providers.autodl import AutoDLProvider
+
+            try:
+                return AutoDLProvider(ctx)
+            except ProviderError as exc:  # e.g. a malformed base_url or token
+                store.notify(str(exc), "error")
+                return None
+
         factories: dict[str, Callable[[], Provider | None]] = {}
         if config.providers.sandbox.enabled:
             factories["sandbox"] = sandbox
         factories["ssh"] = ssh
         if config.providers.lambda_cloud.wanted():  # enabled = true, or LAMBDA_API_KEY set
             factories["lambda"] = lambda_cloud
+        if config.providers.autodl.wanted():  # enabled, a token in config, or AUTODL_TOKEN
+            factories["autodl"] = autodl
         self.providers = ProviderSet(factories)
 
     @cached_property
@@ -179,13 +190,17 @@ class Services:
             return self.providers[name]
         except KeyError:
             known = ", ".join(sorted(self.providers))
-            raise InvalidRequest(f"unknown or disabled provider {name!r} (available: {known})") from None
+            hint = {"autodl": " — autodl needs a token: set AUTODL_TOKEN, or token under "
+                              "[providers.autodl] in config.toml (mode 0600)",
+                    "lambda": " — set LAMBDA_API_KEY"}.get(name, "")
+            raise InvalidRequest(f"unknown or disabled provider {name!r} (available: {known})"
+                                 f"{hint}") from None
 
     async def offers(self, provider: str) -> list[Offer]:
         try:
             return await self.provider(provider).offers()
         except ProviderError as exc:
-            raise ServiceError(str(exc)) from None
+            raise _service_error(exc) from None
 
     async def find_offer(self, provider: str, gpu: str) -> Offer:
         """Match a typed GPU name loosely against the provider's offers (the design's rule)."""
@@ -220,6 +235,14 @@ class Services:
         say = progress or (lambda _m: None)
         provider = self.provider(provider_name)
         self.check_name_free(request.name)
+        if lease is not None and request.release_at is None:
+            request = request.model_copy(update={"release_at": lease.release_at})
+        check = getattr(provider, "check_request", None)
+        if check is not None:  # refused before anything is recorded or rented
+            try:
+                await check(request)
+            except ProviderError as exc:
+                raise _service_error(exc) from None
         inst = Instance(
             id=new_instance_id(), name=request.name, provider=provider_name,
             offer_id=offer.offer_id, gpu=offer.gpu, gpu_count=request.gpu_count,
@@ -335,9 +358,20 @@ class Services:
             if prepared.ssh != inst.ssh:
                 inst = await self.store.update_instance(
                     inst.id, lambda i: i.model_copy(update={"ssh": prepared.ssh}))
+        options: dict[str, Any] = {}
+        target = getattr(provider, "link_target", None)
+        if target is not None:
+            # Read where and how to connect now (AutoDL: port and password from the snapshot,
+            # on every connection); only the endpoint is recorded, the rest stays in the link.
+            try:
+                endpoint, options = await target(inst)
+            except ProviderError as exc:
+                raise ServiceError(str(exc)) from None
+            if endpoint != inst.ssh:
+                inst = await self.store.update_instance(
+                    inst.id, lambda i: i.model_copy(update={"ssh": endpoint}))
         if inst.ssh is None:
             raise ServiceError(f"{inst.name}: has no SSH endpoint (status {inst.status.value})")
-        options: dict[str, Any] = {}
         if inst.provider == "sandbox":
             options["agent_path"] = None  # the sandbox takes its own key only
         if accept_new_host_key:
@@ -349,9 +383,73 @@ class Services:
 
         link = await self.link(inst)
         try:
-            return await link.run(command, timeout=timeout)
+            return await link.run(self.remote_command(inst, command), timeout=timeout)
         except SSHLayerError as exc:
             raise ServiceError(f"{inst.name}: {exc}") from None
+
+    def remote_command(self, inst: Instance, command: str) -> str:
+        """The command as the instance's provider needs it run (AutoDL: in a login shell, where
+        conda's PATH is)."""
+        wrap = getattr(self.providers.get(inst.provider), "remote", None)
+        return wrap(command) if wrap is not None else command
+
+    # -- stop and start ------------------------------------------------------------------------------
+
+    async def stop(self, inst: Instance) -> Instance:
+        """Power off through the provider (compute billing stops; the disk may still cost)."""
+        provider = self.provider(inst.provider)
+        if not provider.capabilities.stop_start or getattr(provider, "stop", None) is None:
+            raise InvalidRequest(f"{inst.name}: {inst.provider} cannot stop and start instances")
+        if inst.status == InstanceStatus.STOPPED:
+            return inst
+        if inst.status not in (InstanceStatus.RUNNING, InstanceStatus.BOOTING):
+            raise InvalidRequest(f"{inst.name} is {inst.status.value}: nothing to stop")
+        try:
+            fresh = await provider.stop(inst)
+        except ProviderError as exc:
+            raise _service_error(exc) from None
+        if "links" in self.__dict__:
+            await self.links.close(inst.id)
+        return await self._store_fresh(inst, fresh)
+
+    async def start(self, inst: Instance, *, progress: Progress | None = None) -> Instance:
+        """Power on again (the lease's deadline is re-armed where the provider can)."""
+        provider = self.provider(inst.provider)
+        if not provider.capabilities.stop_start or getattr(provider, "start", None) is None:
+            raise InvalidRequest(f"{inst.name}: {inst.provider} cannot stop and start instances")
+        if inst.status == InstanceStatus.RUNNING:
+            return inst
+        if inst.status != InstanceStatus.STOPPED:
+            raise InvalidRequest(f"{inst.name} is {inst.status.value}: only a stopped instance "
+                                 "starts")
+        lease = await self.store.get_lease(inst.id)
+        release_at = lease.release_at if lease is not None and lease.state == "active" else None
+        if progress:
+            progress("starting")
+        try:
+            fresh = await provider.start(inst, release_at)
+        except ProviderError as exc:
+            raise _service_error(exc) from None
+        return await self._store_fresh(inst, fresh)
+
+    async def _store_fresh(self, inst: Instance, fresh: Instance) -> Instance:
+        if not fresh.status.live and fresh.ended_at is not None:
+            entry = LedgerEntry.from_instance(fresh, fresh.end_reason or "external", fresh.ended_at)
+            await self.store.end_instance(inst.id, entry, fresh)
+            await self._close_lease(inst.id)
+            return fresh
+        return await self.store.update_instance(inst.id, lambda _old: fresh)
+
+    async def account(self, provider_name: str) -> dict[str, Any]:
+        """The provider's wallet (AutoDL: balance, vouchers, lifetime spend)."""
+        provider = self.provider(provider_name)
+        read = getattr(provider, "account", None)
+        if read is None:
+            raise InvalidRequest(f"{provider_name}: has no account balance to read")
+        try:
+            return await read()
+        except ProviderError as exc:
+            raise _service_error(exc) from None
 
     # -- refresh and release -------------------------------------------------------------------------
 
@@ -479,6 +577,12 @@ class Services:
             if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer()
+
+
+def _service_error(exc: ProviderError) -> ServiceError:
+    """A provider's error for the user: bad input (a refused token, a request the provider
+    would refuse) stays bad input (exit 2)."""
+    return InvalidRequest(str(exc)) if isinstance(exc, BadInput) else ServiceError(str(exc))
 
 
 def quote_args(args: list[str]) -> str:

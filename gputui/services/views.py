@@ -28,6 +28,53 @@ def instance_view(inst: Instance, lease: Lease | None, now: datetime | None = No
         "ended_at": inst.ended_at.isoformat() if inst.ended_at else None,
         "end_reason": inst.end_reason,
         "ssh": f"{ssh.user}@{ssh.host}:{ssh.port}" if ssh else None,
+        "state_detail": state_detail(inst, now),
+        "stopped_at": inst.stopped_at.isoformat() if inst.stopped_at else None,
     }
 
 
+
+
+# Providers that wipe an instance left shut down: days until released and wiped.
+WIPE_AFTER_STOPPED_DAYS = {"autodl": 15}
+
+
+def deletion_clock(stopped_at: datetime | None, days: int, now: datetime | None = None
+                   ) -> tuple[str, bool]:
+    """("stopped 3 d · wiped in 12 d", warn): warn from a day before the wipe."""
+    if stopped_at is None:
+        return "stopped", False
+    now = now or utcnow()
+    gone = max(0.0, (now - stopped_at).total_seconds())
+    left = days * 86400 - gone
+
+    def span(s: float) -> str:
+        if s >= 86400:
+            return f"{int(s // 86400)} d"
+        if s >= 3600:
+            return f"{int(s // 3600)} h"
+        return f"{max(0, int(s // 60))} min"
+
+    if left <= 0:
+        return f"stopped {span(gone)} · wiped by now", True
+    return f"stopped {span(gone)} · wiped in {span(left)}", left <= 86400
+
+
+def state_detail(inst: Instance, now: datetime | None = None) -> str | None:
+    """What a user should know beside the status: the deletion clock of a stopped instance, what
+    it still costs, or the provider's words."""
+    from gputui.format import format_money
+    from gputui.models import InstanceStatus
+
+    if inst.status == InstanceStatus.STOPPED:
+        parts = []
+        days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
+        if days is not None:
+            text, warn = deletion_clock(inst.stopped_at, days, now)
+            parts.append(("⚠ " if warn else "") + text)
+        else:
+            parts.append("stopped")
+        disk = inst.billing.storage_cost(inst.disk_gb, 3600)
+        parts.append(f"still costs {format_money(disk, inst.billing.currency)}/h (disk)")
+        return " · ".join(parts)
+    return inst.status_detail
