@@ -1,0 +1,210 @@
+"""AutoDL end to end through the real `Services` hub and lease service, against the emulator
+with real SSH: create → sshd → commands in a login shell → stop (port and password change) →
+start → release only after a completed shutdown → ledger in yuan; the on-instance timer armed
+at boot; the 15-day wipe; and no secret anywhere gputui writes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gputui.config import Config
+from gputui.models import Instance, InstanceStatus, Lease, utcnow
+from gputui.providers.autodl import AutoDLProvider
+from gputui.providers.base import CreateRequest, ProviderContext
+from gputui.services.hub import Services
+from gputui.services.leases import LeaseService
+from gputui.services.views import instance_view
+from gputui.store import SessionStore
+from tests.providers.autodl_emulator import TEST_TOKEN, AutoDLEmulator
+
+FAST = dict(token=TEST_TOKEN, env={}, poll_interval=0.05, backoff=0.01, backoff_max=0.05,
+            timeout=5.0, max_attempts=4, ssh_first_wait=0.1, ssh_timeout=20, find_interval=0.05,
+            stop_timeout=20)
+
+
+def attach(svc: Services, emu: AutoDLEmulator, **kw: object) -> AutoDLProvider:
+    ctx = ProviderContext(svc.state_dir, svc.config, svc)
+    provider = AutoDLProvider(ctx, base_url=emu.base_url, **{**FAST, **kw})
+    svc.providers["autodl"] = provider
+    return provider
+
+
+@pytest.fixture
+async def emu(tmp_path: Path):
+    async with AutoDLEmulator(ssh_root=tmp_path / "autodl-boxes", creating_s=0.2,
+                              starting_s=0.2, ssh_delay=0.8, shutting_s=0.2) as e:
+        yield e
+
+
+@pytest.fixture
+async def services(gputui_home: Path, emu: AutoDLEmulator):
+    gputui_home.mkdir(parents=True, exist_ok=True)
+    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
+                   link_options={"connect_timeout": 5.0, "backoff_initial": 0.05,
+                                 "backoff_max": 0.2})
+    attach(svc, emu)
+    yield svc
+    await svc.close()
+
+
+async def rent(svc: Services, lease: Lease | None = None, name: str = "job") -> Instance:
+    offer = await svc.find_offer("autodl", "4090 D")
+    req = CreateRequest(offer_id=offer.offer_id, name=name)
+    return await svc.create("autodl", offer, req, lease=lease)
+
+
+async def until(cond, what: str, timeout: float = 20.0):  # noqa: ANN001
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = await cond()
+        if value:
+            return value
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_rent_ssh_stop_start_release_in_yuan(services: Services, emu: AutoDLEmulator,
+                                                   gputui_home: Path):
+    inst = await rent(services)
+    assert inst.status == InstanceStatus.RUNNING and inst.billing.currency == "CNY"
+    assert inst.billing.price_per_hour == Decimal("1.88")  # live payg_price, not the offer's 0
+    assert emu.ssh_error is None
+    uuid = inst.provider_id
+    first_pw, first_port = emu.password(uuid), emu.instances[uuid].cycles[-1].port
+    # commands run in a login shell, so conda's PATH is there; a bare one has no conda
+    out = await services.run(inst, "conda --version && nvidia-smi -L | head -1")
+    assert out.exit_status == 0 and "conda 24.5.0" in out.stdout and "4090 D" in out.stdout
+    link = await services.link(inst)
+    bare = await link.run("conda --version")
+    assert bare.exit_status == 127
+    # stop: billing stops at shutdown; the record says so, and what the disk still costs
+    stopped = await services.stop(services.store.get_instance_sync(inst.id))
+    assert stopped.status == InstanceStatus.STOPPED and emu.status_of(uuid) == "shutdown"
+    view = instance_view(stopped, None)
+    assert view["currency"] == "CNY" and "wiped in 14 d" in view["state_detail"]
+    assert "(disk)" in view["state_detail"]
+    charged = emu.charged(uuid)
+    await asyncio.sleep(0.3)
+    assert emu.charged(uuid) == charged  # a shut-down instance does not bill
+    # start: it comes back elsewhere (new port, new password) and gputui follows the snapshot
+    started = await services.start(services.store.get_instance_sync(inst.id))
+    assert started.status == InstanceStatus.RUNNING
+    assert emu.password(uuid) != first_pw and emu.instances[uuid].cycles[-1].port != first_port
+    out = await services.run(started, "echo again")
+    assert out.stdout.strip() == "again"
+    assert services.store.get_instance_sync(inst.id).ssh.port == emu.instances[uuid].cycles[-1].port
+    # release: powers off, waits for shutdown, releases; ledger in yuan, what AutoDL charged
+    entry = await services.release(services.store.get_instance_sync(inst.id), "manual")
+    assert entry is not None and entry.currency == "CNY"
+    assert emu.status_of(uuid) in ("releasing", "released")
+    assert abs(entry.compute_cost - emu.charged(uuid)) <= Decimal("0.01")
+    # nothing gputui wrote holds the token or any root password
+    _assert_no_secrets(gputui_home, emu, [first_pw, emu.password(uuid), TEST_TOKEN])
+
+
+async def test_release_is_never_sent_before_shutdown_completes(services: Services,
+                                                                emu: AutoDLEmulator):
+    inst = await rent(services)
+    await services.release(inst, "manual")
+    calls = [(p.rsplit("/", 1)[-1], code) for _, p, _, code in emu.calls]
+    assert ("release", "Success") in calls
+    refused = [c for c in calls if c[0] == "release" and c[1] != "Success"]
+    assert refused == []  # release came only once shutdown was complete
+
+
+async def test_on_instance_timer_armed_at_boot_stops_the_meter(services: Services,
+                                                               emu: AutoDLEmulator):
+    deadline = utcnow() + timedelta(minutes=1)
+    inst = await rent(services, lease=Lease(instance_id="x", release_at=deadline))
+    [body] = emu.bodies
+    assert "shutdown -h" in body["start_command"]
+    root = emu.instances[inst.provider_id].root
+    from gputui.sandbox.shims.state import power_state
+
+    state = await until(lambda: _async(power_state(root)) if root else _async(None),
+                        "the boot-time timer")
+    assert state.status == "scheduled" and abs((state.at - deadline).total_seconds()) < 61
+    # re-armed over SSH (extend): the lease records the on-instance layer, not a provider one
+    lease = await LeaseService(services).arm(inst)
+    assert lease.on_instance_armed and not lease.provider_armed
+
+
+async def _async(value):  # noqa: ANN001, ANN202
+    return value
+
+
+async def test_the_deletion_clock_and_the_wipe(services: Services, emu: AutoDLEmulator):
+    inst = await rent(services)
+    stopped = await services.stop(inst)
+    later = utcnow() + timedelta(days=14, hours=2)
+    view = instance_view(stopped, None, now=later)
+    assert "⚠" in view["state_detail"] and "stopped 14 d" in view["state_detail"]
+    emu.advance(15 * 86400 + 5)
+    fresh = await services.refresh(stopped)
+    assert fresh.status == InstanceStatus.RELEASED and "released at AutoDL" in fresh.status_detail
+    [entry] = services.store.ledger_sync()
+    assert entry.currency == "CNY"
+
+
+async def test_wallet_runs_down_with_use(services: Services, emu: AutoDLEmulator):
+    before = await services.account("autodl")
+    await rent(services)
+    await asyncio.sleep(0.5)
+    after = await services.account("autodl")
+    assert after["balance"] < before["balance"]
+    assert after["lifetime_spend"] > before["lifetime_spend"]
+
+
+def _assert_no_secrets(home: Path, emu: AutoDLEmulator, secrets: list[str]) -> None:
+    """Search every file under the state folder, the log records, and a CSV export."""
+    from gputui.services.costs import export_rows, to_csv
+
+    store = SessionStore(home / "state.db")
+    blobs: list[tuple[str, bytes]] = []
+    for path in home.rglob("*"):
+        if path.is_file():
+            blobs.append((str(path), path.read_bytes()))
+    blobs.append(("export", to_csv(export_rows(store.ledger_sync(), store.instances_sync()))
+                  .encode()))
+    blobs.append(("json", json.dumps([instance_view(i, None) for i in store.instances_sync()])
+                  .encode()))
+    for secret in secrets:
+        assert secret
+        for where, blob in blobs:
+            assert secret.encode() not in blob, f"a secret reached {where}"
+
+
+async def test_cli_writes_no_secret_and_logs_none(services: Services, emu: AutoDLEmulator,
+                                                  gputui_home: Path, caplog,  # noqa: ANN001
+                                                  monkeypatch: pytest.MonkeyPatch):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    inst = await rent(services)
+    await services.run(inst, "true")
+    await services.stop(services.store.get_instance_sync(inst.id))
+    await services.start(services.store.get_instance_sync(inst.id))
+    pw = emu.password(inst.provider_id)
+    from gputui.cli import main
+
+    monkeypatch.setenv("AUTODL_TOKEN", TEST_TOKEN)
+    monkeypatch.setenv("AUTODL_API_BASE", emu.base_url)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        await asyncio.to_thread(main, ["instances", "--json"])
+        await asyncio.to_thread(main, ["costs", "--json"])
+    text = out.getvalue() + caplog.text
+    assert inst.name in text
+    for secret in (TEST_TOKEN, pw):
+        assert secret not in text
+    _assert_no_secrets(gputui_home, emu, [TEST_TOKEN, pw])
