@@ -100,7 +100,7 @@ class LeaseSettings(_Section):
 
 
 class BudgetSettings(_Section):
-    currency: str = "USD"  # the caps are in this currency (USD or CNY); never mixed with another
+    currency: Literal["USD", "CNY"] = "USD"  # the caps are in this currency; never mixed
     daily: Decimal | None = Field(default=None, ge=0)
     monthly: Decimal | None = Field(default=None, ge=0)
     per_instance: Decimal | None = Field(default=None, ge=0)

@@ -133,7 +133,8 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
         try:
             if command_args:
-                result = await link.run(" ".join(command_args), timeout=None)
+                result = await link.run(services.remote_command(inst, " ".join(command_args)),
+                                        timeout=None)
                 sys.stdout.write(result.stdout)
                 sys.stderr.write(result.stderr)
                 return result.exit_status if result.exit_status is not None else 255

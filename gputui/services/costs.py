@@ -86,16 +86,26 @@ def _entry_between(entry: LedgerEntry, start: datetime, end: datetime) -> Decima
 
 
 def spent_between(instances: Iterable[Instance], ledger: Iterable[LedgerEntry],
-                  start: datetime, end: datetime) -> Decimal:
+                  start: datetime, end: datetime, currency: str | None = None) -> Decimal:
+    """Spend in [start, end]. With `currency`, only what was billed in it (figures in different
+    currencies are never added together); without, the caller has one currency only."""
     ended_ids = set()
     total = ZERO
     for entry in ledger:
         ended_ids.add(entry.instance_id)
-        total += _entry_between(entry, start, end)
+        if currency is None or entry.currency == currency:
+            total += _entry_between(entry, start, end)
     for inst in instances:
-        if inst.id not in ended_ids and inst.status.live:
+        if inst.id not in ended_ids and inst.status.live and \
+                (currency is None or inst.billing.currency == currency):
             total += _accrued_between(inst, start, end)
     return money(total)
+
+
+def currencies(instances: Iterable[Instance], ledger: Iterable[LedgerEntry]) -> list[str]:
+    """The currencies in use, USD first, then the others in name order."""
+    found = {e.currency for e in ledger} | {i.billing.currency for i in instances}
+    return sorted(found, key=lambda c: (c != "USD", c))
 
 
 @dataclass
@@ -104,16 +114,72 @@ class Totals:
     month: Decimal
     rate: Decimal  # per hour now
     accrued_live: Decimal  # what the live instances have cost so far
+    currency: str = "USD"
+    all_time: Decimal = ZERO  # the ledger plus what live instances have cost
+
+    def as_dict(self) -> dict[str, str]:
+        return {"currency": self.currency, "rate_per_hour": str(self.rate),
+                "accrued_live": str(self.accrued_live), "today": str(self.today),
+                "month": str(self.month), "all_time": str(self.all_time)}
 
 
-def totals(instances: list[Instance], ledger: list[LedgerEntry], now: datetime) -> Totals:
-    live = [i for i in instances if i.status.live]
+def totals(instances: list[Instance], ledger: list[LedgerEntry], now: datetime,
+           currency: str = "USD") -> Totals:
+    """Totals in one currency: only what was billed in it."""
+    live = [i for i in instances if i.status.live and i.billing.currency == currency]
+    mine = [e for e in ledger if e.currency == currency]
+    ended = {e.instance_id for e in ledger}
+    accrued = money(sum((i.accrued(now) for i in live), ZERO))
     return Totals(
-        today=spent_between(live, ledger, local_day_start(now), now),
-        month=spent_between(live, ledger, local_month_start(now), now),
+        today=spent_between(live, mine, local_day_start(now), now),
+        month=spent_between(live, mine, local_month_start(now), now),
         rate=sum((i.billing.price_per_hour for i in live if i.status.billing_compute), ZERO),
-        accrued_live=money(sum((i.accrued(now) for i in live), ZERO)),
+        accrued_live=accrued,
+        currency=currency,
+        all_time=money(sum((e.total for e in mine), ZERO) + sum(
+            (i.accrued(now) for i in live if i.id not in ended), ZERO)),
     )
+
+
+def totals_by_currency(instances: list[Instance], ledger: list[LedgerEntry],
+                       now: datetime) -> dict[str, Totals]:
+    """One `Totals` per currency in use (USD first); never one sum across currencies."""
+    return {c: totals(instances, ledger, now, c) for c in currencies(instances, ledger)} or \
+        {"USD": totals(instances, ledger, now, "USD")}
+
+
+@dataclass(frozen=True)
+class Combined:
+    """Figures in several currencies shown as one, through the rate the user configured."""
+
+    amount: Decimal
+    currency: str
+    rate: Decimal  # CNY per USD
+    note: str  # says so: "at ¥7.10/$ (config)"
+
+
+def convert(amount: Decimal, currency: str, to: str, cny_per_usd: Decimal) -> Decimal:
+    if currency == to:
+        return amount
+    if (currency, to) == ("CNY", "USD"):
+        return amount / cny_per_usd
+    if (currency, to) == ("USD", "CNY"):
+        return amount * cny_per_usd
+    raise ValueError(f"no rate from {currency} to {to}")
+
+
+def combine(amounts: dict[str, Decimal], to: str, cny_per_usd: Decimal | None,
+            rate_note: str | None = None) -> Combined | None:
+    """The amounts as one figure in `to`, only through the configured rate (None without one,
+    or with a currency the rate does not cover)."""
+    if cny_per_usd is None or cny_per_usd <= 0:
+        return None
+    try:
+        total = sum((convert(v, c, to, cny_per_usd) for c, v in amounts.items()), ZERO)
+    except ValueError:
+        return None
+    note = f"at ¥{cny_per_usd}/$ ({rate_note or 'your config'})"
+    return Combined(money(total), to, cny_per_usd, note)
 
 
 # -- budgets ---------------------------------------------------------------------------------
@@ -127,12 +193,17 @@ class BudgetAlert:
     cap: Decimal
     instance_id: str | None = None
 
+    currency: str = "USD"
+
     @property
     def text(self) -> str:
+        from gputui.format import format_money
+
         what = {"daily": "today's spend", "monthly": "this month's spend"}.get(
             self.scope, "this instance")
         return (f"Budget: {what} is {self.level} % of its cap "
-                f"(${self.spent} of ${self.cap})")
+                f"({format_money(self.spent, self.currency)} of "
+                f"{format_money(self.cap, self.currency)})")
 
 
 @dataclass
@@ -144,16 +215,18 @@ class BudgetWatch:
     def check(self, budget: BudgetSettings, instances: list[Instance], ledger: list[LedgerEntry],
               now: datetime) -> list[BudgetAlert]:
         alerts: list[BudgetAlert] = []
+        cur = budget.currency  # caps count only what is billed in their currency
         live = [i for i in instances if i.status.live]
         day_key = local_day_start(now).isoformat()
         month_key = local_month_start(now).isoformat()
         scopes: list[tuple[str, str, Decimal | None, Decimal, str | None]] = [
-            ("daily", day_key, budget.daily, spent_between(live, ledger, local_day_start(now), now), None),
+            ("daily", day_key, budget.daily,
+             spent_between(live, ledger, local_day_start(now), now, cur), None),
             ("monthly", month_key, budget.monthly,
-             spent_between(live, ledger, local_month_start(now), now), None),
+             spent_between(live, ledger, local_month_start(now), now, cur), None),
         ]
         if budget.per_instance is not None:
-            for inst in live:
+            for inst in (i for i in live if i.billing.currency == cur):
                 scopes.append((f"instance:{inst.id}", inst.id, budget.per_instance,
                                inst.accrued(now), inst.id))
         for scope, period, cap, spent, iid in scopes:
@@ -165,7 +238,7 @@ class BudgetWatch:
                     if key not in self.given:
                         self.given.add(key)
                         self.given.add((scope, period, 80))  # a jump to 100 % says it once
-                        alerts.append(BudgetAlert(scope, level, money(spent), cap, iid))
+                        alerts.append(BudgetAlert(scope, level, money(spent), cap, iid, cur))
                     break
         return alerts
 
@@ -173,8 +246,12 @@ class BudgetWatch:
 # -- ledger history and export ----------------------------------------------------------------
 
 
-def group_ledger(ledger: list[LedgerEntry], by: str) -> list[tuple[str, Decimal, int]]:
-    """Totals per `day`, `week`, `month` (local), `gpu` or `task`: (key, total, count)."""
+def group_ledger(ledger: list[LedgerEntry], by: str,
+                 currency: str | None = None) -> list[tuple[str, Decimal, int]]:
+    """Totals per `day`, `week`, `month` (local), `gpu` or `task`: (key, total, count), of the
+    entries in `currency` (default: the ledger's first currency, USD first)."""
+    cur = currency or (currencies([], ledger) or ["USD"])[0]
+    ledger = [e for e in ledger if e.currency == cur]
     sums: dict[str, Decimal] = defaultdict(lambda: ZERO)
     counts: dict[str, int] = defaultdict(int)
     for e in ledger:
@@ -195,8 +272,12 @@ def group_ledger(ledger: list[LedgerEntry], by: str) -> list[tuple[str, Decimal,
 
 
 def daily_series(ledger: list[LedgerEntry], instances: list[Instance], now: datetime,
-                 days: int = 14) -> list[tuple[str, Decimal]]:
-    """Spend per local day for the last `days` days, oldest first (for the chart)."""
+                 days: int = 14, currency: str | None = None) -> list[tuple[str, Decimal]]:
+    """Spend per local day for the last `days` days, oldest first (for the chart), in one
+    currency (default: the first in use, USD first)."""
+    cur = currency or (currencies(instances, ledger) or ["USD"])[0]
+    ledger = [e for e in ledger if e.currency == cur]
+    instances = [i for i in instances if i.billing.currency == cur]
     out: list[tuple[str, Decimal]] = []
     today = local_day_start(now)
     for back in range(days - 1, -1, -1):
@@ -252,6 +333,7 @@ def to_csv(rows: list[dict]) -> str:
 
 
 __all__ = [
-    "UTC", "BudgetAlert", "BudgetWatch", "InstanceCost", "Totals", "daily_series",
-    "export_rows", "group_ledger", "instance_cost", "spent_between", "to_csv", "totals",
+    "UTC", "BudgetAlert", "BudgetWatch", "Combined", "InstanceCost", "Totals", "combine",
+    "convert", "currencies", "daily_series", "export_rows", "group_ledger", "instance_cost",
+    "spent_between", "to_csv", "totals", "totals_by_currency",
 ]

@@ -78,3 +78,22 @@ def state_detail(inst: Instance, now: datetime | None = None) -> str | None:
         parts.append(f"still costs {format_money(disk, inst.billing.currency)}/h (disk)")
         return " · ".join(parts)
     return inst.status_detail
+
+
+def runway_line(balance: object, currency: str, instances: list[Instance]) -> str:
+    """The top bar's account figure: "¥312.40 · 38 h at ¥8.20/h" (what is billing now in that
+    currency; "no instance billing" when nothing is)."""
+    from decimal import Decimal
+
+    from gputui.format import format_money
+
+    amount = Decimal(str(balance))
+    rate = sum((i.billing.price_per_hour for i in instances
+                if i.status.live and i.status.billing_compute
+                and i.billing.currency == currency), Decimal(0))
+    head = format_money(amount, currency)
+    if rate <= 0:
+        return f"{head} · no instance billing"
+    hours = max(Decimal(0), amount / rate)
+    span = f"{int(hours)} h" if hours >= 1 else f"{int(hours * 60)} min"
+    return f"{head} · {span} at {format_money(rate, currency)}/h"

@@ -46,7 +46,6 @@ async def emu(tmp_path: Path):
 
 @pytest.fixture
 async def services(gputui_home: Path, emu: AutoDLEmulator):
-    gputui_home.mkdir(parents=True, exist_ok=True)
     svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
                    link_options={"connect_timeout": 5.0, "backoff_initial": 0.05,
                                  "backoff_max": 0.2})

@@ -157,7 +157,9 @@ def test_costs_command_exports(gputui_home: Path):
                           capture_output=True, text=True, env=env, timeout=60)
     assert made.returncode == 0, made.stderr
     out = subprocess.run([*GPUTUI, "costs", "--json"], capture_output=True, text=True, env=env)
-    [row] = json.loads(out.stdout)
+    data = json.loads(out.stdout)
+    [row] = data["rows"]
+    assert data["totals"]["USD"]["currency"] == "USD" and "CNY" not in data["totals"]
     assert row["name"] == "exp" and row["running"] is True and "accrued" in row
     out = subprocess.run([*GPUTUI, "costs", "--csv"], capture_output=True, text=True, env=env)
     assert out.stdout.splitlines()[0].startswith("instance_id,name,provider,gpu")

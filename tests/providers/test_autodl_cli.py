@@ -1,0 +1,133 @@
+"""`gputui` against the AutoDL emulator, as a user runs it: bad input is one line and exit 2 with
+nothing created or billed; `account`; `stop`/`start`; `instances --json` and `costs --json`
+say the currency."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gputui.config import Config
+from gputui.models import InstanceStatus
+from gputui.providers.base import CreateRequest
+from gputui.services.hub import Services
+from gputui.store import SessionStore
+from tests.conftest import GPUTUI, run_gputui_env
+from tests.providers.autodl_emulator import TEST_TOKEN, AutoDLEmulator
+from tests.providers.test_autodl_flow import attach
+
+
+@pytest.fixture
+async def emu(tmp_path: Path):
+    async with AutoDLEmulator(ssh_root=tmp_path / "boxes", creating_s=0.1, starting_s=0.1,
+                              ssh_delay=0.2, shutting_s=0.1) as e:
+        yield e
+
+
+def env_for(home: Path, emu: AutoDLEmulator, token: str | None = TEST_TOKEN) -> dict[str, str]:
+    env = run_gputui_env(home)
+    env.pop("AUTODL_TOKEN", None)
+    if token is not None:
+        env["AUTODL_TOKEN"] = token
+    env["AUTODL_API_BASE"] = emu.base_url
+    return env
+
+
+async def gputui(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(subprocess.run, [*GPUTUI, *args], env=env,
+                                   capture_output=True, text=True, timeout=120)
+
+
+def one_line_exit_2(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    return lines[0]
+
+
+async def nothing_made(home: Path, emu: AutoDLEmulator) -> None:
+    assert emu.bodies == [] and emu.instances == {}
+    listed = await gputui(run_gputui_env(home), "instances", "--all", "--json")
+    assert json.loads(listed.stdout) == []
+
+
+def write_config(home: Path, text: str, mode: int) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "config.toml"
+    cfg.write_text(text)
+    cfg.chmod(mode)
+    return cfg
+
+
+@pytest.mark.parametrize(("extra", "token", "words"), [
+    ([], None, "AUTODL_TOKEN"),
+    ([], "wrong-token-0123456789abcdef", "token was refused"),
+    (["--gpu", "A100"], TEST_TOKEN, "A100"),
+    (["--count", "5"], TEST_TOKEN, "1 to 4 GPUs"),
+    (["--disk", "600"], TEST_TOKEN, "at most 530 GB"),
+])
+async def test_bad_input_is_one_line_exit_2_and_nothing_created(
+        gputui_home: Path, emu: AutoDLEmulator, extra: list[str], token: str | None, words: str):
+    args = ["create", "--provider", "autodl", "--gpu", "4090D", *extra]
+    line = one_line_exit_2(await gputui(env_for(gputui_home, emu, token), *args))
+    assert words in line
+    if token:
+        assert token not in line
+    await nothing_made(gputui_home, emu)
+
+
+async def test_token_in_a_world_readable_config_is_refused(gputui_home: Path,
+                                                           emu: AutoDLEmulator):
+    cfg = write_config(gputui_home, f'[providers.autodl]\ntoken = "{TEST_TOKEN}"\n'
+                                    f'base_url = "{emu.base_url}"\n', 0o644)
+    env = env_for(gputui_home, emu, None)
+    line = one_line_exit_2(await gputui(env, "create", "--provider", "autodl", "--gpu", "4090D"))
+    assert "chmod 600" in line and TEST_TOKEN not in line
+    await asyncio.to_thread(cfg.chmod, 0o600)
+    out = await gputui(env, "account", "--json")
+    assert out.returncode == 0, out.stderr
+    await nothing_made(gputui_home, emu)
+
+
+async def test_account_and_the_minimum_balance(gputui_home: Path, tmp_path: Path):
+    async with AutoDLEmulator(balance=Decimal("3.50")) as emu:
+        env = env_for(gputui_home, emu)
+        out = await gputui(env, "account", "--json")
+        [row] = json.loads(out.stdout)
+        assert row["balance"] == "3.5" and row["currency"] == "CNY"
+        assert row["vouchers"] == "20" and row["lifetime_spend"] == "1024.5"
+        human = await gputui(env, "account")
+        assert "balance ¥3.50 · vouchers ¥20.00 · lifetime spend ¥1,024.50" in human.stdout
+        made = await gputui(env, "create", "--provider", "autodl", "--gpu", "4090D")
+        assert made.returncode == 1 and "below the minimum ¥5.00" in made.stderr
+        await nothing_made(gputui_home, emu)
+
+
+async def test_stop_start_and_json_in_yuan(gputui_home: Path, emu: AutoDLEmulator):
+    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home)
+    attach(svc, emu)
+    try:
+        offer = await svc.find_offer("autodl", "4090D")
+        inst = await svc.create("autodl", offer, CreateRequest(offer_id=offer.offer_id,
+                                                               name="train"))
+    finally:
+        await svc.close()
+    env = env_for(gputui_home, emu)
+    out = await gputui(env, "stop", "train")
+    assert out.returncode == 0, out.stderr
+    assert "wiped in 14 d" in out.stdout and emu.status_of(inst.provider_id) == "shutdown"
+    [view] = json.loads((await gputui(env, "instances", "--json")).stdout)
+    assert view["status"] == InstanceStatus.STOPPED.value and view["currency"] == "CNY"
+    assert "wiped in 14 d" in view["state_detail"]
+    out = await gputui(env, "start", "train")
+    assert out.returncode == 0, out.stderr
+    assert "running, billing ¥1.88/h" in out.stdout
+    assert emu.status_of(inst.provider_id) == "running"
+    costs = json.loads((await gputui(env, "costs", "--json")).stdout)
+    assert set(costs["totals"]) == {"CNY"} and costs["totals"]["CNY"]["currency"] == "CNY"
+    assert costs["combined"] is None
