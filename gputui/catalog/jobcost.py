@@ -150,7 +150,9 @@ def job_costs(
         for r in rows
         if r.gpu == spec.key and (currency is None or r.currency == currency)
     ]
-    return sorted(costs, key=lambda c: (c.row.currency, c.cost, c.row.provider, c.row.tier))
+    # per currency (USD first), cheapest first within each: ¥ and $ are never compared
+    return sorted(costs, key=lambda c: (c.row.currency != "USD", c.row.currency, c.cost,
+                                        c.row.provider, c.row.tier))
 
 
 class BreakEven(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -45,6 +45,8 @@ class PriceRow(BaseModel):
     source: str = Field(min_length=1)
     note: str | None = None
     billing_note: str | None = None
+    # how far to trust a dated figure: strong (the seller's own page), medium, weak (inferred)
+    strength: Literal["strong", "medium", "weak"] | None = None
     user: bool = False  # from the user's config, not the reference data
 
     @field_validator(

@@ -269,19 +269,27 @@ def test_any_spelling_of_a_card_label_finds_that_card(spec, which, upper, sep):
 def test_every_verified_price_row_loads_and_maps_to_a_card():
     rows = load_prices()
     specs = load_specs()
-    assert len(rows) == 57
+    assert len(rows) == 62
     for row in rows:
         assert row.gpu in specs
         assert row.source and row.as_of
-        assert row.currency == "USD"
+        # yuan only from AutoDL (autodl-pro-api.md), each with how far to trust it
+        assert row.currency == ("CNY" if row.provider == "autodl" else "USD")
+        assert (row.strength is not None) == (row.provider == "autodl")
         assert row.price_per_gpu_hour > 0
         assert not row.user
-    assert {r.provider for r in rows} == {"lambda", "runpod", "vast", "aws"}
+    assert {r.provider for r in rows} == {"lambda", "runpod", "vast", "aws", "autodl"}
 
 
 def test_unverified_figures_are_not_shipped():
     rows = load_prices()
-    assert not [r for r in rows if r.provider.lower() == "autodl" or r.currency != "USD"]
+    # AutoDL's figures come from autodl-pro-api.md, dated and with their strength; the
+    # [R] rows of gpu-prices.md are still not shipped
+    autodl = {(r.gpu, r.tier): (r.price_per_gpu_hour, r.as_of, r.strength)
+              for r in rows if r.provider == "autodl"}
+    assert autodl[("rtx_4090", "pay-as-you-go")] == (Decimal("1.88"), "2026-10-02", "medium")
+    assert autodl[("a800_80gb_sxm", "pay-as-you-go")] == (Decimal("4.98"), "2026-09", "weak")
+    assert not [r for r in rows if r.currency != "USD" and r.provider != "autodl"]
     # the post-June-2025 AWS p5 rate (≈6.9/GPU-h) is [R] only
     p5 = [r for r in rows if r.provider == "aws" and r.gpu == "h100_sxm" and r.tier == "on-demand"]
     assert [r.price_per_gpu_hour for r in p5] == [Decimal("12.29")]
@@ -474,5 +482,5 @@ def test_reference_offers_are_offers_with_source_and_date():
     assert sorted(o.gpu_count for o in a6000) == [1, 2, 4]
     assert a6000[0].gpu == "RTX A6000" and a6000[0].billing.granularity is Granularity.MINUTE
     own = reference_offers(provider_name=None)
-    assert {o.provider for o in own} == {"lambda", "runpod", "vast", "aws"}
+    assert {o.provider for o in own} == {"lambda", "runpod", "vast", "aws", "autodl"}
     assert len({o.offer_id for o in own}) == len(own)

@@ -107,7 +107,13 @@ def test_a_package_that_never_pays_off_says_so():
 
 def test_job_costs_list_every_provider_cheapest_first():
     costs = job_costs("RTX 4090", 1, 3)
-    assert [c.cost for c in costs] == sorted(c.cost for c in costs)
+    # per currency, USD first, cheapest first within each; ¥ rows after, never mixed in
+    assert [c.row.currency for c in costs] == sorted((c.row.currency for c in costs),
+                                                     key=lambda cur: cur != "USD")
+    for cur in {c.row.currency for c in costs}:
+        mine = [c.cost for c in costs if c.row.currency == cur]
+        assert mine == sorted(mine)
+    assert {c.row.currency for c in costs} == {"USD", "CNY"}
     assert costs[0].row.provider == "runpod" and costs[0].cost == Decimal("1.02")  # spot 0.34 × 3
     assert any("spot" in n for n in costs[0].notes)
     d = costs[0].as_dict()
