@@ -85,6 +85,7 @@ class GpuTuiApp(App[int]):
         self._remember_theme = remember_theme
         self._requested_theme = theme_name
         self._live: list[Instance] = []
+        self._wallet: tuple[Decimal, str] | None = None  # (balance, currency), read now and then
         self.now: Callable[[], datetime] = utcnow  # tests freeze the clock here
         self._choose_theme()
 
@@ -114,6 +115,23 @@ class GpuTuiApp(App[int]):
         self.set_interval(2.0, self.store.poll_external)
         if self._background:
             self.lease_clock()
+            if "autodl" in self.services.providers:  # an account is configured
+                self.account_clock()
+
+    @work(exclusive=True, group="account", exit_on_error=False)
+    async def account_clock(self) -> None:
+        """The provider's wallet for the top bar's runway, read every minute."""
+        import asyncio
+
+        while True:
+            try:
+                wallet = await self.services.account("autodl")
+                if wallet.get("balance") is not None:
+                    self._wallet = (wallet["balance"], wallet["currency"])
+            except Exception as exc:  # the bar keeps the last reading; say why once
+                if self._wallet is None:
+                    self.notify(f"account balance: {exc}", severity="warning")
+            await asyncio.sleep(60.0)
 
     @work(exclusive=True, group="leases", exit_on_error=False)
     async def lease_clock(self) -> None:
@@ -169,12 +187,22 @@ class GpuTuiApp(App[int]):
     # -- the meter ------------------------------------------------------------------------------
 
     def meter(self) -> tuple[Decimal, Decimal, int]:
+        """Rate and accrued in the first currency in use (USD first), and the live count."""
+        by = self.meter_by_currency()
+        _cur, rate, accrued = by[0] if by else ("USD", Decimal(0), Decimal(0))
+        return rate, accrued, len([i for i in self._live if i.status.live])
+
+    def meter_by_currency(self) -> tuple[tuple[str, Decimal, Decimal], ...]:
+        """(currency, rate per hour, accrued) for each currency in use, USD first."""
         now = self.now()
         billing = [i for i in self._live if i.status.live]
-        rate = sum((i.billing.price_per_hour for i in billing if i.status.billing_compute),
-                   Decimal(0))
-        accrued = sum((i.accrued(now) for i in billing), Decimal(0))
-        return rate, accrued, len(billing)
+        out = []
+        for cur in sorted({i.billing.currency for i in billing}, key=lambda c: (c != "USD", c)):
+            mine = [i for i in billing if i.billing.currency == cur]
+            rate = sum((i.billing.price_per_hour for i in mine if i.status.billing_compute),
+                       Decimal(0))
+            out.append((cur, rate, sum((i.accrued(now) for i in mine), Decimal(0))))
+        return tuple(out)
 
     def refresh_meter(self, screen: Screen | None = None) -> None:
         if screen is None:
@@ -191,8 +219,12 @@ class GpuTuiApp(App[int]):
         except Exception:  # a modal screen has no top bar
             return
         rate, accrued, count = self.meter()
-        bar.tick(rate, accrued, count, self.now())
+        bar.tick(rate, accrued, count, self.now(), self.meter_by_currency())
         bar.keeper = self.keeper_note()
+        if self._wallet is not None:
+            from gputui.services.views import runway_line
+
+            bar.account = runway_line(self._wallet[0], self._wallet[1], self._live)
         bar.size_note = size_note(self.size.width, self.size.height)
 
     def keeper_note(self) -> str:

@@ -89,6 +89,7 @@ class LeaseService:
         self.idle_interval_s = idle_interval_s
         self._swept: float | None = None  # when written-off records were last checked
         self._idle_since: dict[str, datetime] = {}
+        self._wipe_warned: set[str] = set()  # stopped instances already warned of their wipe
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -192,10 +193,14 @@ class LeaseService:
                     result.errors.append(f"{inst.name}: {exc}")
                 if not inst.status.live:
                     continue
+            self._warn_wipe(inst, now)
             lease = leases.get(inst.id)
             if lease is None or lease.state != LeaseState.ACTIVE:
                 continue
             reason = self._due(inst, lease, now)
+            if reason in ("timer", "idle") and self._stops_at_deadline(inst):
+                await self._power_off_at_deadline(inst, reason, result)
+                continue
             if reason:
                 try:
                     if await self.services.release(inst, reason) is None:
@@ -244,6 +249,43 @@ class LeaseService:
                                       bell=True, instance_id=inst.id)
                 except ServiceError as exc:
                     result.errors.append(str(exc))
+
+    def _stops_at_deadline(self, inst: Instance) -> bool:
+        """The user chose power-off rather than release at the deadline (AutoDL:
+        `[providers.autodl] at_deadline = "stop"`); billing is by power state there."""
+        provider = self.services.providers.get(inst.provider)
+        return getattr(provider, "at_deadline", "release") == "stop" and \
+            provider.capabilities.stop_start
+
+    async def _power_off_at_deadline(self, inst: Instance, reason: str,
+                                     result: ReapResult) -> None:
+        try:
+            if inst.status != InstanceStatus.STOPPED:
+                await self.services.stop(inst)
+        except ServiceError as exc:
+            result.errors.append(str(exc))
+            self.store.notify(f"{inst.name}: could not power off: {exc}", "error", bell=True,
+                              instance_id=inst.id)
+            return
+        await self.services._close_lease(inst.id, fired=True)
+        result.released.append(inst.name)
+        self.store.notify(f"{inst.name} powered off ({reason}); its disk stays until you "
+                          "release it", "information", bell=True, instance_id=inst.id)
+
+    def _warn_wipe(self, inst: Instance, now: datetime) -> None:
+        """A day before a provider wipes a stopped instance (AutoDL: 15 days shut down), say so
+        once: starting it resets the clock."""
+        from gputui.services.views import WIPE_AFTER_STOPPED_DAYS, deletion_clock
+
+        days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
+        if inst.status != InstanceStatus.STOPPED or days is None or inst.id in self._wipe_warned:
+            return
+        text, warn = deletion_clock(inst.stopped_at, days, now)
+        if warn:
+            self._wipe_warned.add(inst.id)
+            self.store.notify(f"{inst.name}: {text} — {inst.provider} releases it and wipes its "
+                              f"data; start it (s on Home) or save what you need",
+                              "warning", bell=True, instance_id=inst.id)
 
     def _due(self, inst: Instance, lease: Lease, now: datetime) -> str | None:
         if inst.status == InstanceStatus.RELEASING:

@@ -37,6 +37,18 @@ COLUMNS = [
 LINK_MARK = {"connected": "ok", "connecting": "…", "reconnecting": "retrying", "failed": "FAILED"}
 
 
+def _status_text(inst: Instance, now: datetime) -> str:
+    """The status; a stopped instance says how long, and where the provider wipes it, when."""
+    from gputui.models import InstanceStatus
+    from gputui.services.views import WIPE_AFTER_STOPPED_DAYS, deletion_clock
+
+    days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
+    if inst.status != InstanceStatus.STOPPED or days is None:
+        return inst.status.value
+    text, warn = deletion_clock(inst.stopped_at, days, now)
+    return ("⚠ " if warn else "") + text
+
+
 class HomeScreen(BaseScreen):
     TITLE = "Instances"
     BINDINGS = [
@@ -44,6 +56,8 @@ class HomeScreen(BaseScreen):
         Binding("E", "extend(30)", "+30m", show=False),
         Binding("t", "timer", "Timer"),
         Binding("r", "release", "Release"),
+        Binding("s", "stop", "Stop"),
+        Binding("S", "start", "Start"),
         Binding("a", "add_host", "Add host"),
         Binding("enter", "monitor", "Monitor", show=False),
     ]
@@ -101,7 +115,7 @@ class HomeScreen(BaseScreen):
             "name": Text(inst.name),  # a label is the user's text, never markup
             "provider": provider,
             "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
-            "status": inst.status.value,
+            "status": _status_text(inst, now),
             "link": LINK_MARK.get(link.value, "-"),
             "release": release,
             "rate": format_money(inst.billing.price_per_hour, inst.billing.currency),
@@ -152,7 +166,8 @@ class HomeScreen(BaseScreen):
         now = self.gapp.now()
         for inst in self._instances.values():
             cells = self._cells(inst, now)
-            self._update(table, inst.id, {k: cells[k] for k in ("release", "cost", "link")})
+            self._update(table, inst.id,
+                         {k: cells[k] for k in ("release", "cost", "link", "status")})
 
     def on_store_event(self, message: StoreEvent) -> None:
         if isinstance(message.event, InstanceChanged | LeaseChanged | LinkChanged):
@@ -240,6 +255,36 @@ class HomeScreen(BaseScreen):
             return
         if entry is not None:
             self.notify(f"{inst.name} released: {format_money(entry.total, entry.currency)} in all")
+
+    def action_stop(self) -> None:
+        inst = self._selected_or_say()
+        if inst is None:
+            return
+        from gputui.ui.create import ConfirmScreen
+
+        self.app.push_screen(
+            ConfirmScreen(f"Power off [b]{escape(inst.name)}[/b]?\n\nThe GPU charge stops; the disk "
+                          "stays (and may still cost). s starts it again.", "Stop", "Keep running"),
+            lambda yes: self.power(inst, "stop") if yes else None)
+
+    def action_start(self) -> None:
+        inst = self._selected_or_say()
+        if inst is not None:
+            self.power(inst, "start")
+
+    @work(group="power", exit_on_error=False)
+    async def power(self, inst: Instance, what: str) -> None:
+        self.notify(f"{inst.name}: {'stopping' if what == 'stop' else 'starting'}…")
+        try:
+            if what == "stop":
+                fresh = await self.gapp.services.stop(inst)
+            else:
+                fresh = await self.gapp.services.start(inst)
+                await self.gapp.leases.arm(fresh)
+        except Exception as exc:
+            self.notify(f"{inst.name}: {exc}", severity="error")
+            return
+        self.notify(f"{fresh.name}: {_status_text(fresh, self.gapp.now())}")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_monitor()

@@ -34,18 +34,24 @@ class TopBar(Static):
     clock: reactive[str] = reactive("")
     size_note: reactive[str] = reactive("")
     keeper: reactive[str] = reactive("")  # "deadlines kept by the daemon" while one runs
+    # ((currency, rate, accrued), ...): one figure per currency, never one sum across them
+    by_currency: reactive[tuple[tuple[str, Decimal, Decimal], ...]] = reactive(())
+    account: reactive[str] = reactive("")  # "¥312.40 · 38 h at ¥8.20/h" when one is configured
 
     def render(self) -> Text:
         left = Text.assemble(("gputui", "bold"), " · ", (self.title, "bold"))
         if self.size_note:
             left.append(f"  {self.size_note}", style="bold reverse")
-        meter = (
-            f"{self.billing_count} live {format_money(self.rate)}/h · "
-            f"{format_money(self.accrued)} so far"
-            if self.billing_count
-            else "nothing billing"
-        )
-        right = Text(f"{meter} · {self.clock}")
+        if not self.billing_count:
+            meter = "nothing billing"
+        elif len(self.by_currency) > 1 or (self.by_currency and self.by_currency[0][0] != "USD"):
+            meter = f"{self.billing_count} live " + " · ".join(
+                f"{format_money(r, c)}/h {format_money(a, c)}" for c, r, a in self.by_currency)
+        else:
+            meter = (f"{self.billing_count} live {format_money(self.rate)}/h · "
+                     f"{format_money(self.accrued)} so far")
+        account = f"{self.account} · " if self.account else ""
+        right = Text(f"{account}{meter} · {self.clock}")
         width = self.size.width - 2 if self.size.width else 78
         if self.keeper:
             room = width - left.cell_len - right.cell_len - 1
@@ -55,8 +61,10 @@ class TopBar(Static):
         pad = max(1, width - left.cell_len - right.cell_len)
         return Text.assemble(left, " " * pad, right)
 
-    def tick(self, rate: Decimal, accrued: Decimal, count: int, now: datetime) -> None:
+    def tick(self, rate: Decimal, accrued: Decimal, count: int, now: datetime,
+             by_currency: tuple[tuple[str, Decimal, Decimal], ...] = ()) -> None:
         self.rate, self.accrued, self.billing_count = rate, accrued, count
+        self.by_currency = by_currency
         self.clock = now.astimezone().strftime("%H:%M:%S")
 
 

@@ -207,3 +207,54 @@ async def test_cli_writes_no_secret_and_logs_none(services: Services, emu: AutoD
     for secret in (TEST_TOKEN, pw):
         assert secret not in text
     _assert_no_secrets(gputui_home, emu, [TEST_TOKEN, pw])
+
+
+async def test_layer_3_releases_at_the_deadline(services: Services, emu: AutoDLEmulator):
+    deadline = utcnow() + timedelta(minutes=30)
+    inst = await rent(services, lease=Lease(instance_id="x", release_at=deadline))
+    leases = LeaseService(services)
+    lease = await leases.arm(inst)
+    assert lease.provider_armed is False  # no scheduled-shutdown endpoint: nothing claimed
+    assert (await leases.tick(deadline - timedelta(minutes=5))).released == []
+    result = await leases.tick(deadline + timedelta(seconds=1))
+    assert result.released == ["job"] and result.errors == []
+    assert emu.status_of(inst.provider_id) in ("releasing", "released")
+    ended = services.store.get_instance_sync(inst.id)
+    assert ended.status == InstanceStatus.RELEASED and ended.end_reason == "timer"
+
+
+async def test_at_deadline_stop_powers_off_and_keeps_the_disk(gputui_home: Path,
+                                                              emu: AutoDLEmulator):
+    config = Config()
+    config.providers.autodl.at_deadline = "stop"
+    svc = Services(SessionStore(gputui_home / "state.db"), config, state_dir=gputui_home)
+    attach(svc, emu)
+    try:
+        deadline = utcnow() + timedelta(minutes=30)
+        inst = await rent(svc, lease=Lease(instance_id="x", release_at=deadline))
+        result = await LeaseService(svc).tick(deadline + timedelta(seconds=1))
+        assert result.released == ["job"]
+        assert emu.status_of(inst.provider_id) == "shutdown"
+        kept = svc.store.get_instance_sync(inst.id)
+        assert kept.status == InstanceStatus.STOPPED and svc.store.ledger_sync() == []
+        # and the next tick leaves it be (the lease has fired)
+        assert (await LeaseService(svc).tick(deadline + timedelta(minutes=2))).released == []
+        assert svc.store.get_instance_sync(inst.id).status == InstanceStatus.STOPPED
+    finally:
+        await svc.close()
+
+
+async def test_a_day_before_the_wipe_it_says_so_once(services: Services, emu: AutoDLEmulator):
+    from gputui.store import Notice
+
+    said: list[str] = []
+    services.store.subscribe(lambda e: said.append(e.text) if isinstance(e, Notice) else None)
+    inst = await rent(services)
+    await services.stop(inst)
+    leases = LeaseService(services)
+    await leases.tick(utcnow() + timedelta(days=13))
+    assert not [t for t in said if "wiped" in t]
+    await leases.tick(utcnow() + timedelta(days=14, hours=1))
+    await leases.tick(utcnow() + timedelta(days=14, hours=2))
+    [warning] = [t for t in said if "wiped" in t]
+    assert "job: stopped 14 d · wiped in 22 h" in warning
