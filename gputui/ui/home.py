@@ -56,8 +56,8 @@ class HomeScreen(BaseScreen):
         Binding("E", "extend(30)", "+30m", show=False),
         Binding("t", "timer", "Timer"),
         Binding("r", "release", "Release"),
-        Binding("s", "stop", "Stop"),
-        Binding("S", "start", "Start"),
+        Binding("s", "stop", "Stop", show=False),  # in ? help; the footer is kept as it was
+        Binding("S", "start", "Start", show=False),
         Binding("a", "add_host", "Add host"),
         Binding("enter", "monitor", "Monitor", show=False),
     ]

@@ -1,0 +1,74 @@
+"""The console with an AutoDL instance (emulator, real SSH): the top bar's yuan meter and
+runway, Home's stop (s) and start (S) keys, and the deletion clock of a stopped instance."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+
+from gputui.app import GpuTuiApp
+from gputui.config import Config
+from gputui.models import InstanceStatus
+from gputui.providers.base import CreateRequest
+from gputui.services.hub import Services
+from gputui.store import SessionStore
+from gputui.ui.widgets import TopBar
+from tests.providers.autodl_emulator import AutoDLEmulator
+from tests.providers.test_autodl_flow import attach
+
+
+@pytest.fixture
+async def emu(tmp_path: Path):
+    async with AutoDLEmulator(ssh_root=tmp_path / "boxes", creating_s=0.1, starting_s=0.1,
+                              ssh_delay=0.2, shutting_s=0.1) as e:
+        yield e
+
+
+async def wait_for(pilot, cond, what: str, timeout: float = 30.0) -> None:  # noqa: ANN001
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+async def test_home_stop_start_and_the_yuan_top_bar(gputui_home: Path, emu: AutoDLEmulator):
+    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home)
+    attach(svc, emu)
+    offer = await svc.find_offer("autodl", "4090D")
+    inst = await svc.create("autodl", offer, CreateRequest(offer_id=offer.offer_id, name="train"))
+    app = GpuTuiApp(config=Config(), store=svc.store, services=svc, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.account_clock()  # what the console runs when an account is configured
+        bar = app.screen.query_one(TopBar)
+
+        def bar_text() -> str:
+            app.refresh_meter()
+            return str(bar.render())
+
+        await wait_for(pilot, lambda: re.search(r"¥3\d\d\.\d\d · \d+ h at ¥1\.88/h", bar_text()),
+                       "the runway in the top bar")
+        assert "1 live ¥1.88/h ¥" in bar_text() and "$" not in bar_text()
+        table = app.screen.query_one("#instances", DataTable)
+        await pilot.press("s")
+        await pilot.pause()
+        await pilot.press("y")
+
+        def status() -> InstanceStatus:
+            return svc.store.get_instance_sync(inst.id).status
+
+        await wait_for(pilot, lambda: status() == InstanceStatus.STOPPED, "the stop")
+        await wait_for(pilot, lambda: "wiped in 14 d" in str(table.get_cell(inst.id, "status")),
+                       "the deletion clock on Home")
+        assert emu.status_of(inst.provider_id) == "shutdown"
+        await pilot.press("S")
+        await wait_for(pilot, lambda: status() == InstanceStatus.RUNNING, "the start")
+        await wait_for(pilot, lambda: str(table.get_cell(inst.id, "status")) == "running",
+                       "Home showing it running")
+        assert emu.status_of(inst.provider_id) == "running"
