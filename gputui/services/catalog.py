@@ -159,10 +159,18 @@ class Column:
     numeric: bool = True
 
 
-def _money(d: Decimal | None, places: int = 2) -> str:
+def _money(d: Decimal | None, places: int = 2, currency: str = "USD") -> str:
     if d is None:
         return "—"
-    return f"${d:,.{places}f}"
+    from gputui.format import CURRENCY_SYMBOLS
+
+    symbol = CURRENCY_SYMBOLS.get(currency)
+    return f"{symbol}{d:,.{places}f}" if symbol else f"{d:,.{places}f} {currency}"
+
+
+def _cur(row: CardRow) -> str:
+    """The currency of a card's price figures: its lowest row's."""
+    return row.lowest.currency if row.lowest else "USD"
 
 
 def _fig(v: float, unit: str = "") -> str:
@@ -203,7 +211,7 @@ COLUMNS: tuple[Column, ...] = (
         "$/GPU·h",
         "lowest price per GPU-hour",
         lambda r: r.perf.usd_per_gpu_hour,
-        lambda r: _money(r.perf.usd_per_gpu_hour),
+        lambda r: _money(r.perf.usd_per_gpu_hour, 2, _cur(r)),
     ),
     Column(
         "bandwidth",
@@ -234,14 +242,14 @@ COLUMNS: tuple[Column, ...] = (
         "$/TF·h",
         "$ per dense BF16 TFLOP-hour",
         lambda r: r.perf.usd_per_bf16_tflop_hour,
-        lambda r: _money(r.perf.usd_per_bf16_tflop_hour, 4),
+        lambda r: _money(r.perf.usd_per_bf16_tflop_hour, 4, _cur(r)),
     ),
     Column(
         "usd_per_gb",
         "$/GB·h",
         "$ per GB of VRAM per hour",
         lambda r: r.perf.usd_per_gb_vram_hour,
-        lambda r: _money(r.perf.usd_per_gb_vram_hour, 4),
+        lambda r: _money(r.perf.usd_per_gb_vram_hour, 4, _cur(r)),
     ),
     Column(
         "bw_per_usd",
@@ -347,7 +355,7 @@ def offer_price_rows(offers: Iterable[Offer], today: str) -> list[PriceRow]:
 
     out: list[PriceRow] = []
     for o in offers:
-        if not o.available:
+        if not o.available or o.price_per_gpu_hour <= 0:  # no price known (AutoDL: on creation)
             continue
         card = card_for_reported_name(o.gpu)
         if card is None:
@@ -364,6 +372,37 @@ def offer_price_rows(offers: Iterable[Offer], today: str) -> list[PriceRow]:
             package=o.billing.package, region=o.region, as_of=o.as_of or today,
             source=o.source or f"{o.provider} offers ({today})",
         ))
+    return out
+
+
+def rows_in_currency(rows: Iterable[PriceRow], currency: str,
+                     cny_per_usd: Decimal | None = None,
+                     rate_note: str | None = None) -> list[PriceRow]:
+    """The rows for a view in `currency`: those priced in it, and — only through the rate the
+    user configured — the others converted, each saying so in its tier and note. Without a rate
+    the others are left out (¥ and $ are never compared at a made-up rate)."""
+    from gputui.services.costs import convert
+
+    out: list[PriceRow] = []
+    for r in rows:
+        if r.currency == currency:
+            out.append(r)
+            continue
+        if cny_per_usd is None or {r.currency, currency} != {"USD", "CNY"}:
+            continue
+        at = f"at ¥{cny_per_usd}/$"
+        conv = {"price_per_gpu_hour": convert(r.price_per_gpu_hour, r.currency, currency,
+                                              cny_per_usd),
+                "currency": currency, "tier": f"{r.tier} ({r.currency} {at})",
+                "note": f"converted from {r.currency} {at} ({rate_note or 'your config'})"
+                        + (f"; {r.note}" if r.note else "")}
+        if r.price_max_per_gpu_hour is not None:
+            conv["price_max_per_gpu_hour"] = convert(r.price_max_per_gpu_hour, r.currency,
+                                                     currency, cny_per_usd)
+        if r.storage_per_gb_month is not None:
+            conv["storage_per_gb_month"] = convert(r.storage_per_gb_month, r.currency, currency,
+                                                   cny_per_usd)
+        out.append(r.model_copy(update=conv))
     return out
 
 

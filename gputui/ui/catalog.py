@@ -87,17 +87,17 @@ FIGURES = [
         True,
     ),
     ("TDP W", lambda r: r.spec.tdp_w, lambda r: f"{r.spec.tdp_w:,.0f}", False),
-    ("$/GPU·h", _price, lambda r: svc._money(_price(r)), False),
+    ("$/GPU·h", _price, lambda r: svc._money(_price(r), 2, svc._cur(r)), False),
     (
         "$/BF16 TF·h",
         lambda r: r.perf.usd_per_bf16_tflop_hour,
-        lambda r: svc._money(r.perf.usd_per_bf16_tflop_hour, 4),
+        lambda r: svc._money(r.perf.usd_per_bf16_tflop_hour, 4, svc._cur(r)),
         False,
     ),
     (
         "$/GB VRAM·h",
         lambda r: r.perf.usd_per_gb_vram_hour,
-        lambda r: svc._money(r.perf.usd_per_gb_vram_hour, 4),
+        lambda r: svc._money(r.perf.usd_per_gb_vram_hour, 4, svc._cur(r)),
         False,
     ),
     (
@@ -150,7 +150,8 @@ def compare_view(cards: Sequence[svc.CardRow], width: int) -> Group:
     for c in cards:
         if c.lowest:
             notes.append(
-                f"\n{short_gpu(c.spec.name)}: {svc._money(c.lowest.price_per_gpu_hour)}"
+                f"\n{short_gpu(c.spec.name)}: "
+                f"{svc._money(c.lowest.price_per_gpu_hour, 2, c.lowest.currency)}"
                 f"/GPU·h at {c.lowest.label}, as of {c.lowest.as_of}",
                 style="dim",
             )
@@ -176,6 +177,7 @@ class CatalogScreen(BaseScreen):
         Binding("v", "compare", "Compare"),
         Binding("x", "clear_marks", "Clear marks", show=False),
         Binding("n", "new_instance", "Rent this"),
+        Binding("y", "currency", "¥/$ view", show=False),
         Binding("escape", "back", "Back to the table", show=False),
     ]
     DEFAULT_CSS = """
@@ -395,7 +397,8 @@ class CatalogScreen(BaseScreen):
         table = self.query_one("#cards", DataTable)
         current = self.current_card_key()
         try:
-            cards = svc.card_rows(self.rows, self.filters, self.specs)
+            cards = svc.card_rows(self._view_rows(), self.filters, self.specs,
+                                  currency=self.currency)
         except CatalogError as exc:
             self.query_one("#cards-status", Static).update(Text(f"⚠ {exc}", style="bold"))
             return
@@ -405,6 +408,8 @@ class CatalogScreen(BaseScreen):
         active = svc.get_column(self.sort_key)
         for col in svc.COLUMNS:
             label = col.label + (f" {self._arrow()}" if col is active else "")
+            if self.currency == "CNY":
+                label = label.replace("$", "¥")
             table.add_column(label, key=col.key)
         for card in self.cards:
             cells = [col.show(card) for col in svc.COLUMNS]
@@ -418,6 +423,21 @@ class CatalogScreen(BaseScreen):
         self._update_status()
         self._update_detail()
 
+    currency: str = "USD"  # the price view: y switches ¥/$
+
+    def _view_rows(self) -> list[PriceRow]:
+        money = self.gapp.config.money
+        return svc.rows_in_currency(self.rows, self.currency, money.cny_per_usd, money.rate_note)
+
+    def action_currency(self) -> None:
+        self.currency = "CNY" if self.currency == "USD" else "USD"
+        money = self.gapp.config.money
+        how = (f"other prices converted at ¥{money.cny_per_usd}/$ "
+               f"({money.rate_note or 'your config'})" if money.cny_per_usd
+               else "no rate configured ([money] cny_per_usd): only prices quoted in it")
+        self.notify(f"prices in {'¥' if self.currency == 'CNY' else '$'}: {how}")
+        self.refresh_cards()
+
     def _arrow(self) -> str:
         return "▼" if svc.get_column(self.sort_key).descending != self.sort_reverse else "▲"
 
@@ -426,6 +446,8 @@ class CatalogScreen(BaseScreen):
         parts = [f"{len(self.cards)}/{len(self.specs)} cards", f"by {col.label} {self._arrow()}"]
         if self.marked:
             parts.append(f"{len(self.marked)} marked")
+        if self.currency != "USD":
+            parts.append(f"prices in {self.currency}")
         parts.append("dated reference prices, not live quotes")
         self.query_one("#cards-status", Static).update(" · ".join(parts))
 
@@ -437,7 +459,8 @@ class CatalogScreen(BaseScreen):
             return
         s = card.spec
         price = (
-            f"{svc._money(card.lowest.price_per_gpu_hour)}/GPU·h as of {card.lowest.as_of}"
+            f"{svc._money(card.lowest.price_per_gpu_hour, 2, card.lowest.currency)}/GPU·h as of "
+            f"{card.lowest.as_of}"
             f" ({card.lowest.label})"
             if card.lowest
             else "no reference price"
@@ -653,7 +676,8 @@ class CatalogScreen(BaseScreen):
     # -- compare --------------------------------------------------------------------------------
 
     def marked_cards(self) -> list[svc.CardRow]:
-        rows = {c.key: c for c in svc.card_rows(self.rows, svc.Filters(), self.specs)}
+        rows = {c.key: c for c in svc.card_rows(self._view_rows(), svc.Filters(), self.specs,
+                                                 currency=self.currency)}
         return [rows[k] for k in self.marked if k in rows]
 
     def update_compare(self) -> None:

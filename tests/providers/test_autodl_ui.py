@@ -72,3 +72,49 @@ async def test_home_stop_start_and_the_yuan_top_bar(gputui_home: Path, emu: Auto
         await wait_for(pilot, lambda: str(table.get_cell(inst.id, "status")) == "running",
                        "Home showing it running")
         assert emu.status_of(inst.provider_id) == "running"
+
+
+def test_rows_in_yuan_convert_only_through_the_configured_rate():
+    from decimal import Decimal
+
+    from gputui.catalog.prices import load_prices
+    from gputui.services.catalog import card_rows, rows_in_currency
+
+    rows = load_prices()
+    plain = rows_in_currency(rows, "CNY")
+    assert plain and {r.currency for r in plain} == {"CNY"} and all(r.provider == "autodl"
+                                                                    for r in plain)
+    at = rows_in_currency(rows, "CNY", Decimal("7.10"), "test rate")
+    lambda_h100 = next(r for r in at if r.provider == "lambda" and r.gpu == "h100_sxm"
+                       and r.price_per_gpu_hour == Decimal("4.29") * Decimal("7.10"))
+    assert "USD at ¥7.10/$" in lambda_h100.tier and "test rate" in (lambda_h100.note or "")
+    cards = {c.key: c for c in card_rows(plain, currency="CNY")}
+    assert cards["rtx_4090"].perf.usd_per_gpu_hour == Decimal("1.88")  # the ¥ figure
+    assert cards["h100_sxm"].lowest is None  # no ¥ price and no rate: none made up
+
+
+async def test_catalog_switches_between_dollars_and_yuan(gputui_home: Path):
+    from decimal import Decimal
+
+    config = Config()
+    config.money.cny_per_usd = Decimal("7.10")
+    app = GpuTuiApp(config=config, store=SessionStore(gputui_home / "state.db"),
+                    remember_theme=False, background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        await wait_for(pilot, lambda: app.screen.query("#cards"), "the catalog")
+        table = app.screen.query_one("#cards", DataTable)
+        await wait_for(pilot, lambda: table.row_count > 0, "the cards")
+
+        def price(key: str) -> str:
+            return str(table.get_cell(key, "price"))
+
+        assert price("rtx_4090").startswith("$")
+        assert price("a800_80gb_sxm") == "$0.70"  # ¥4.98 at the configured ¥7.10/$
+        await pilot.press("y")
+        await wait_for(pilot, lambda: price("rtx_4090") == "¥1.88", "the yuan view")
+        assert price("a800_80gb_sxm") == "¥4.98"  # a China SKU, priced in yuan where sourced
+        assert price("h100_sxm").startswith("¥")  # dollars converted at the configured rate
+        assert "¥/GPU·h" in str(table.columns["price"].label)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: price("rtx_4090").startswith("$"), "back to dollars")
