@@ -287,6 +287,11 @@ class AutoDLEmulator:
             self._rules.append(_Rule("/api/v1/dev" + prefix, times, status=200,
                                      envelope=(code, msg)))
 
+    def clear_faults(self) -> None:
+        """Every injected failure and delay still pending is dropped."""
+        with self._lock:
+            self._rules.clear()
+
     def fail_boot(self, uuid: str) -> None:
         with self._lock:
             self.instances[uuid].failed = True

@@ -258,3 +258,23 @@ async def test_a_day_before_the_wipe_it_says_so_once(services: Services, emu: Au
     await leases.tick(utcnow() + timedelta(days=14, hours=2))
     [warning] = [t for t in said if "wiped" in t]
     assert "job: stopped 14 d · wiped in 22 h" in warning
+
+
+async def test_an_ambiguous_create_is_kept_and_found_by_name_later(services: Services,
+                                                                   emu: AutoDLEmulator):
+    from gputui.services.hub import ServiceError
+
+    emu.fail("/instance/pro/create", 502, after=True)  # made, but the answer is lost
+    emu.fail("/instance/pro/list", 500, times=40)  # and looking for it fails for now
+    offer = await services.find_offer("autodl", "4090D")
+    with pytest.raises(ServiceError, match="it may exist"):
+        await services.create("autodl", offer, CreateRequest(offer_id=offer.offer_id, name="job"))
+    assert len(emu.bodies) == 1  # never created a second time
+    [kept] = services.store.instances_sync(live_only=True)
+    assert kept.status == InstanceStatus.REQUESTED and kept.provider_id is None
+    emu.clear_faults()  # the listing answers again
+    found = await services.refresh(kept)
+    assert found.provider_id in emu.instances
+    assert found.status in (InstanceStatus.BOOTING, InstanceStatus.RUNNING)
+    entry = await services.release(services.store.get_instance_sync(kept.id), "manual")
+    assert entry is not None and emu.status_of(found.provider_id) in ("releasing", "released")
