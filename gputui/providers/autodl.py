@@ -724,15 +724,15 @@ class AutoDLProvider:
                 at = started or seen_before or inst.stopped_at or inst.created_at
                 inst.mark_running(at)
             inst.status = InstanceStatus.RUNNING
-            inst.status_detail = None if instance.status == InstanceStatus.RUNNING \
-                else inst.status_detail if instance.status_detail and "sshd" in instance.status_detail \
-                else None
+            # a note that sshd did not answer yet stays until a connection says otherwise
+            keep = instance.status == InstanceStatus.RUNNING and "sshd" in (
+                instance.status_detail or "")
+            inst.status_detail = instance.status_detail if keep else None
             await self._read_price(inst)
             return inst
         if status in ("creating", "starting"):
-            if inst.running_since is None:
-                inst.status = InstanceStatus.BOOTING if inst.status != InstanceStatus.STOPPED \
-                    else InstanceStatus.BOOTING
+            if inst.running_since is None:  # (a stopped one powered on again starts over)
+                inst.status = InstanceStatus.BOOTING
             inst.status_detail = f"{status} at AutoDL"
             return inst
         if status == "shutting_down":
