@@ -13,7 +13,14 @@ from textual.widgets import ContentSwitcher, DataTable, Static
 
 from gputui.format import format_money, format_remaining
 from gputui.models import Instance, LedgerEntry
-from gputui.services.costs import daily_series, group_ledger, instance_cost, totals
+from gputui.services.costs import (
+    currencies,
+    daily_series,
+    group_ledger,
+    instance_cost,
+    totals,
+    totals_by_currency,
+)
 from gputui.store import InstanceChanged, LeaseChanged, LedgerChanged
 from gputui.ui.base import BaseScreen, StoreEvent
 
@@ -143,15 +150,22 @@ class CostsScreen(BaseScreen):
                 if self._cells.get((inst.id, key)) != value:
                     self._cells[(inst.id, key)] = value
                     table.update_cell(inst.id, key, value, update_width=True)
-        t = totals(self._instances, self._ledger, self.gapp.now())
+        now = self.gapp.now()
         budget = self.gapp.config.budget
+        bc = budget.currency  # caps are in one currency and count only what bills in it
+        t = totals(self._instances, self._ledger, now, bc)
         caps = []
         if budget.daily is not None:
-            caps.append(f"day cap {format_money(budget.daily)} ({_pct(t.today, budget.daily)})")
+            caps.append(f"day cap {format_money(budget.daily, bc)} ({_pct(t.today, budget.daily)})")
         if budget.monthly is not None:
-            caps.append(f"month cap {format_money(budget.monthly)} ({_pct(t.month, budget.monthly)})")
-        text = (f"[b]{format_money(t.rate)}/h[/b] now · live {format_money(t.accrued_live)} · "
-                f"today [b]{format_money(t.today)}[/b] · this month [b]{format_money(t.month)}[/b]")
+            caps.append(f"month cap {format_money(budget.monthly, bc)} "
+                        f"({_pct(t.month, budget.monthly)})")
+        # one line per currency in use: ¥ and $ are never added together
+        text = "\n".join(
+            f"[b]{format_money(c.rate, cur)}/h[/b] now · live {format_money(c.accrued_live, cur)} · "
+            f"today [b]{format_money(c.today, cur)}[/b] · this month "
+            f"[b]{format_money(c.month, cur)}[/b]"
+            for cur, c in totals_by_currency(self._instances, self._ledger, now).items())
         text += "\n" + (" · ".join(caps) if caps else
                          "[dim]no budget caps: set daily / monthly / per_instance under "
                          "\\[budget] in config.toml[/dim]")
@@ -175,21 +189,24 @@ class CostsScreen(BaseScreen):
     def _fill_groups(self) -> None:
         table = self.query_one("#group-table", DataTable)
         table.clear()  # a regrouping is a new table; not redrawn on ticks
-        rows = group_ledger(self._ledger, self.grouping)
+        cur = (currencies([], self._ledger) or ["USD"])[0]
+        rows = group_ledger(self._ledger, self.grouping, cur)
         top = max((r[1] for r in rows), default=Decimal(0))
         for key, total, count in rows:
-            table.add_row(Text(key), format_money(total), str(count), bar(total, top, 20), key=key)
+            table.add_row(Text(key), format_money(total, cur), str(count), bar(total, top, 20),
+                          key=key)
         label = {"day": "day", "week": "week", "month": "month", "gpu": "GPU type", "task": "task label"}
         self.query_one("#group-title", Static).update(
             f"Ended instances by [b]{label[self.grouping]}[/b] (b: group by "
             f"{' / '.join(GROUPINGS)})")
 
     def _fill_chart(self) -> None:
-        series = daily_series(self._ledger, self._instances, self.gapp.now())
+        cur = (currencies(self._instances, self._ledger) or ["USD"])[0]
+        series = daily_series(self._ledger, self._instances, self.gapp.now(), currency=cur)
         top = max((v for _, v in series), default=Decimal(0))
         lines = ["[b]Spend per day, last 14 days[/b] (running instances included)", ""]
         for day, value in series:
-            lines.append(f"{day} {bar(value, top, 40)} {format_money(value)}")
+            lines.append(f"{day} {bar(value, top, 40)} {format_money(value, cur)}")
         self.query_one("#chart", Static).update("\n".join(lines))
 
     # -- actions -----------------------------------------------------------------------------------

@@ -118,3 +118,31 @@ async def test_catalog_switches_between_dollars_and_yuan(gputui_home: Path):
         assert "¥/GPU·h" in str(table.columns["price"].label)
         await pilot.press("y")
         await wait_for(pilot, lambda: price("rtx_4090").startswith("$"), "back to dollars")
+
+
+async def test_costs_screen_totals_per_currency(gputui_home: Path):
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from textual.widgets import Static
+
+    from gputui.models import BillingRule, Instance, utcnow
+
+    store = SessionStore(gputui_home / "state.db")
+    t0 = utcnow() - timedelta(hours=1)
+    for iid, price, cur in (("cny", "8.20", "CNY"), ("usd", "1.29", "USD")):
+        inst = Instance(id=iid, name=iid, provider="sandbox", gpu="GeForce RTX 4090",
+                        billing=BillingRule(price_per_hour=Decimal(price), currency=cur),
+                        created_at=t0, status=InstanceStatus.RUNNING)
+        inst.mark_running(t0)
+        store.put_instance_sync(inst)
+    app = GpuTuiApp(config=Config(), store=store, remember_theme=False, background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("c")
+        await wait_for(pilot, lambda: app.screen.query("#totals"), "the costs screen")
+        totals = app.screen.query_one("#totals", Static)
+        await wait_for(pilot, lambda: "¥8.20/h" in str(totals.render()), "the yuan line")
+        text = str(totals.render())
+        assert "$1.29/h" in text and "9.49" not in text  # two lines, never one sum
+        bar = str(app.screen.query_one(TopBar).render())
+        assert "$1.29/h" in bar and "¥8.20/h" in bar
