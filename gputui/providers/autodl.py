@@ -925,15 +925,8 @@ def autodl_enabled(config: Config, env: Mapping[str, str] | None = None) -> bool
     return config.providers.autodl.wanted(env)
 
 
-def deletion_clock(stopped_at: datetime | None, now: datetime | None = None) -> tuple[str, bool]:
-    """("stopped 3 d · wiped in 12 d", warn) for a shut-down AutoDL instance; warn a day before."""
-    from gputui.services.views import deletion_clock as clock
-
-    return clock(stopped_at, WIPE_AFTER_DAYS, now)
-
-
 __all__ = [
     "CURRENCY", "DEFAULT_BASE_URL", "ENV_BASE", "ENV_KEY", "PRO_SPECS", "AutoDLAuthError",
-    "AutoDLBadRequest", "AutoDLError", "AutoDLProvider", "autodl_enabled", "deletion_clock",
+    "AutoDLBadRequest", "AutoDLError", "AutoDLProvider", "autodl_enabled",
     "envelope_error", "mask_key", "parse_time", "resolve_token", "yuan",
 ]

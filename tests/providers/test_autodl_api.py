@@ -202,3 +202,13 @@ async def test_unknown_status_is_kept(tmp_path: Path, emu: AutoDLEmulator):
     kept = await p._apply(inst, item)
     assert kept.status == InstanceStatus.RUNNING and "migrating" in (kept.status_detail or "")
     await p.close()
+
+
+async def test_a_rate_limited_create_was_not_processed_and_is_sent_again(tmp_path: Path,
+                                                                          emu: AutoDLEmulator):
+    p = make(tmp_path, emu)
+    emu.fail("/instance/pro/create", 429)  # refused before anything was done
+    inst = await p.create(CreateRequest(offer_id="4090D", name="job"), record())
+    assert emu.count("/instance/pro/create", 429) == 1 and len(emu.instances) == 1
+    assert inst.provider_id in emu.instances
+    await p.close()

@@ -79,6 +79,8 @@ async def test_rent_ssh_stop_start_release_in_yuan(services: Services, emu: Auto
     assert inst.billing.price_per_hour == Decimal("1.88")  # live payg_price, not the offer's 0
     assert emu.ssh_error is None
     uuid = inst.provider_id
+    # create came back only once sshd accepted (it starts 0.8 s after `running`)
+    assert emu.instances[uuid].server is not None and inst.status_detail is None
     first_pw, first_port = emu.password(uuid), emu.instances[uuid].cycles[-1].port
     # commands run in a login shell, so conda's PATH is there; a bare one has no conda
     out = await services.run(inst, "conda --version && nvidia-smi -L | head -1")
