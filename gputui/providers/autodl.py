@@ -471,7 +471,15 @@ class AutoDLProvider:
                 return dict(item)
         return None
 
-    find_tagged = None  # hub.sweep_strays speaks Lambda's shape; AutoDL's strays: refresh
+    async def find_tagged(self, our_id: str) -> dict[str, Any] | None:
+        """For the hub's sweep of written-off records: the instance carrying our id in its name,
+        in the shape the sweep reads (`id`, and `status` "terminated" once released)."""
+        item = await self.find(our_id=our_id)
+        if item is None:
+            return None
+        status = str(item.get("status") or "")
+        return {"id": str(item.get("uuid")),
+                "status": "terminated" if status in ("released", "releasing") else status}
 
     async def status(self, uuid: str) -> str:
         data = await self._call("GET", "/instance/pro/status", f"reading instance {uuid}",
@@ -761,6 +769,15 @@ class AutoDLProvider:
             if price is not None and price >= 0 and price != inst.billing.price_per_hour:
                 inst.billing = inst.billing.model_copy(update={"price_per_hour": price,
                                                               "currency": CURRENCY})
+
+    async def live_price(self, inst: Instance) -> Decimal | None:
+        """The instance's price per hour now (snapshot `payg_price`), or None if unreadable."""
+        try:
+            snap = await self.snapshot(inst.provider_id or "")
+        except AutoDLError:
+            return None
+        price = yuan(snap.get("payg_price"))
+        return price if price is not None and price >= 0 else None
 
     def _ended(self, instance: Instance, detail: str, at: datetime) -> Instance:
         if not instance.status.live:

@@ -317,6 +317,11 @@ class Services:
             ran = inst.model_copy(update={
                 "provider_id": pid, "running_since": inst.created_at, "billed_running_seconds": 0,
                 "status": InstanceStatus.RUNNING, "ended_at": None, "end_reason": None})
+            live_price = getattr(provider, "live_price", None)
+            if live_price is not None:  # the record may not know the price (AutoDL: on creation)
+                price = await live_price(ran)
+                if price is not None:
+                    ran.billing = ran.billing.model_copy(update={"price_per_hour": price})
             try:
                 await provider.release(ran)
             except ProviderError as exc:

@@ -188,6 +188,7 @@ class AutoDLEmulator:
         self.releasing_s = releasing_s
         self.ssh_root = Path(ssh_root) if ssh_root else None
         self.offset = 0.0  # advance(): the platform's clock ahead of ours
+        self.list_hidden = False  # injection: new instances missing from `list` (a lagging index)
         self.instances: dict[str, EmuInstance] = {}
         self.calls: list[tuple[str, str, int, str]] = []  # (method, path, http, code)
         self.bodies: list[dict[str, Any]] = []  # create bodies, as received
@@ -387,7 +388,7 @@ class AutoDLEmulator:
                 return self._create(req, now)
             case ("POST", "/instance/pro/list"):
                 items = [self._json(i, now) for i in self.instances.values()
-                         if self._status(i, now) != "gone"]
+                         if self._status(i, now) != "gone" and not self.list_hidden]
                 size = int(req.get("page_size") or 10)
                 page = int(req.get("page_index") or 1)
                 total = len(items)

@@ -280,3 +280,26 @@ async def test_an_ambiguous_create_is_kept_and_found_by_name_later(services: Ser
     assert found.status in (InstanceStatus.BOOTING, InstanceStatus.RUNNING)
     entry = await services.release(services.store.get_instance_sync(kept.id), "manual")
     assert entry is not None and emu.status_of(found.provider_id) in ("releasing", "released")
+
+
+async def test_a_written_off_create_that_appears_later_is_released(services: Services,
+                                                                   emu: AutoDLEmulator):
+    emu.fail("/instance/pro/create", 502, after=True)  # made, answer lost...
+    emu.list_hidden = True  # ...and the listing does not show it for a long while
+    offer = await services.find_offer("autodl", "4090D")
+    with pytest.raises(Exception, match="not created again"):
+        await services.create("autodl", offer, CreateRequest(offer_id=offer.offer_id, name="job"))
+    [kept] = services.store.instances_sync(live_only=True)
+    kept = await services.store.update_instance(kept.id, lambda i: i.model_copy(
+        update={"created_at": i.created_at - timedelta(minutes=20)}))
+    written_off = await services.refresh(kept)
+    assert written_off.status == InstanceStatus.FAILED  # nothing found for 15 minutes
+    emu.list_hidden = False  # it shows up after all, running unwatched
+    [uuid] = emu.instances
+    assert emu.status_of(uuid) in ("creating", "starting", "running")
+    assert await services.sweep_strays() == ["job"]
+    assert emu.status_of(uuid) in ("releasing", "released")
+    [entry] = services.store.ledger_sync()
+    assert entry.currency == "CNY" and entry.running_seconds > 0
+    assert entry.compute_cost >= emu.charged(uuid) - Decimal("0.01")  # at its live price
+    assert entry.compute_cost > 0
