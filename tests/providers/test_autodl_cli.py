@@ -131,3 +131,22 @@ async def test_stop_start_and_json_in_yuan(gputui_home: Path, emu: AutoDLEmulato
     costs = json.loads((await gputui(env, "costs", "--json")).stdout)
     assert set(costs["totals"]) == {"CNY"} and costs["totals"]["CNY"]["currency"] == "CNY"
     assert costs["combined"] is None
+
+
+async def test_create_and_release_from_the_command_line(gputui_home: Path, emu: AutoDLEmulator):
+    env = env_for(gputui_home, emu)
+    made = await gputui(env, "create", "--provider", "autodl", "--gpu", "4090D", "--name", "cli",
+                        "--release-after", "2h", "--json")
+    assert made.returncode == 0, made.stderr
+    view = json.loads(made.stdout)
+    assert view["status"] == "running" and view["currency"] == "CNY"
+    assert view["price_per_hour"] == 1.88
+    [uuid] = emu.instances
+    assert "shutdown -h" in emu.bodies[0]["start_command"]  # the on-instance timer, at boot
+    password = emu.password(uuid)
+    gone = await gputui(env, "release", "cli")
+    assert gone.returncode == 0, gone.stderr
+    assert ("CNY" in gone.stdout or "¥" in gone.stdout) and "$" not in gone.stdout
+    assert emu.status_of(uuid) in ("releasing", "released")
+    everything = made.stdout + made.stderr + gone.stdout + gone.stderr
+    assert password not in everything and TEST_TOKEN not in everything
