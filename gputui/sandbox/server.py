@@ -7,6 +7,8 @@
   client asks for a terminal and gives no command) with cwd=HOME=<instance root> and
   `<root>/bin` first on PATH; exit status and signals go back to the client, and when the
   client goes away the command's whole process group is hung up / terminated;
+- SFTP and scp (asyncssh's server, also for OpenSSH's `sftp`/`scp`), chrooted to the
+  instance folder, so relative paths land in its home;
 - local port forwarding (`ssh -L`) only to 127.0.0.1 / localhost on the instance;
 - a powered-off instance (the shims' `enforce_power` / `power_state`) refuses connections with
   "instance is powered off", and connections open when it powers off are closed.
@@ -185,6 +187,15 @@ class _ServerConn(asyncssh.SSHServer):
         return False  # no remote (-R) forwarding
 
 
+class _InstanceSFTP(asyncssh.SFTPServer):
+    """asyncssh's SFTP server, ending with exit status 0 as OpenSSH's sftp-server does (without
+    one, OpenSSH's `scp` reports a failure after a good copy)."""
+
+    def exit(self) -> None:
+        with contextlib.suppress(Exception):
+            self.channel.exit(0)
+
+
 class InstanceServer:
     """A running sandbox SSH server. `.port`, `.close()`, `await .wait_closed()`."""
 
@@ -220,8 +231,8 @@ class InstanceServer:
             process_factory=self._session,
             encoding=None,
             line_editor=False,
-            allow_scp=False,
-            sftp_factory=None,
+            allow_scp=True,  # scp and sftp (OpenSSH's too), chrooted to the instance folder
+            sftp_factory=self._sftp,
             agent_forwarding=False,
             x11_forwarding=False,
             password_auth=False,
@@ -236,6 +247,10 @@ class InstanceServer:
         self.port = self._acceptor.get_port()
         if power_poll_interval:
             self._poll_task = asyncio.create_task(self._poll_power(power_poll_interval))
+
+    def _sftp(self, chan: asyncssh.SSHServerChannel) -> asyncssh.SFTPServer:
+        """SFTP (and scp) sessions see the instance folder as `/`, and start there."""
+        return _InstanceSFTP(chan, chroot=os.fsencode(self.root))
 
     def powered_off(self) -> bool:
         try:

@@ -1,0 +1,723 @@
+"""Files to and from an instance over SFTP, on the instance's existing SSH link.
+
+- Ignore rules: `.git`, `__pycache__`, `.venv`, `node_modules` always; then `.gputuiignore` in
+  the folder pushed, else its `.gitignore` (the common subset of gitignore's syntax: `#`
+  comments, `!` negation, a trailing `/` for folders only, a leading or inner `/` anchoring the
+  pattern to the folder, `*`, `?`, `[...]` and `**`).
+- Only changed files move: size and modification time (whole seconds, as SFTP keeps them), or
+  with `checksum=True` size and SHA-256 (the remote side hashed with `sha256sum`).
+- Every file is written under a temporary name beside its target (`.NAME.SIZE-MTIME.gputui-part`)
+  and renamed when complete, so an interrupted transfer never leaves a half file under the real
+  name; the next transfer of the same file resumes from the partial file's length.
+- A dropped link is waited out (the link reconnects by itself) and the file resumes; a full
+  disk on either side stops the transfer with that reason and keeps the partial file.
+
+Remote paths: relative paths (and `~/...`) are taken from the instance's home, which is where
+an SFTP session starts on OpenSSH and on the sandbox (chrooted to the instance folder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import posixpath
+import re
+import stat as statmod
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from gputui.errors import BadInput, GputuiError
+from gputui.remote.ssh import Link, LinkClosed, SSHLayerError
+
+__all__ = [
+    "ALWAYS_IGNORED",
+    "DiskFull",
+    "IgnoreRules",
+    "TransferError",
+    "TransferProgress",
+    "TransferSummary",
+    "pull",
+    "push",
+    "remote_home",
+    "remote_relpath",
+]
+
+ALWAYS_IGNORED = (".git", "__pycache__", ".venv", "node_modules")
+PART_SUFFIX = ".gputui-part"
+BLOCK = 256 * 1024
+IN_FLIGHT = 16  # outstanding block requests per file
+FILES_AT_ONCE = 8  # files moving at the same time
+RETRIES = 8  # reconnects waited out per transfer
+PROGRESS_EVERY = 0.1  # seconds between progress reports
+
+
+class TransferError(GputuiError):
+    """A transfer failed; one line saying why."""
+
+
+class DiskFull(TransferError):
+    """No space left on one side; the partial file is kept for resuming."""
+
+
+class RemotePathError(BadInput):
+    """A remote path that is not allowed here (outside the instance's home)."""
+
+
+@dataclass
+class TransferProgress:
+    files_total: int
+    bytes_total: int
+    files_done: int = 0
+    bytes_done: int = 0
+    current: str = ""
+
+
+@dataclass
+class TransferSummary:
+    direction: str  # "push" | "pull"
+    source: str
+    target: str
+    files: int = 0  # sent (changed or new)
+    bytes: int = 0  # bytes moved (resumed bytes not counted twice)
+    skipped: int = 0  # unchanged, not sent
+    ignored: int = 0  # left out by the ignore rules
+    resumed: int = 0  # files continued from a partial file
+    seconds: float = 0.0
+    paths: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"direction": self.direction, "source": self.source, "target": self.target,
+                "files": self.files, "bytes": self.bytes, "skipped": self.skipped,
+                "ignored": self.ignored, "resumed": self.resumed,
+                "seconds": round(self.seconds, 3)}
+
+
+ProgressCallback = Callable[[TransferProgress], None]
+
+
+# -- ignore rules ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Rule:
+    regex: re.Pattern[str]
+    negate: bool
+    dir_only: bool
+    anchored: bool
+
+
+def _glob_regex(pattern: str) -> str:
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("/.*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            j = pattern.find("]", i + 1)
+            if j < 0:
+                out.append(re.escape(c))
+                i += 1
+            else:
+                body = pattern[i + 1:j].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = j + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return "".join(out)
+
+
+class IgnoreRules:
+    """What a push leaves out: the fixed names, then the folder's ignore file."""
+
+    def __init__(self, lines: Iterable[str] = (), *, source: str | None = None) -> None:
+        self.source = source
+        self.rules: list[_Rule] = []
+        for raw in lines:
+            line = raw.rstrip("\n").rstrip()
+            if not line or line.startswith("#"):
+                continue
+            negate = line.startswith("!")
+            if negate:
+                line = line[1:]
+            line = line.removeprefix("\\")
+            dir_only = line.endswith("/")
+            line = line.rstrip("/")
+            if not line:
+                continue
+            anchored = "/" in line
+            line = line.lstrip("/")
+            regex = re.compile(_glob_regex(line) + r"\Z")
+            self.rules.append(_Rule(regex, negate, dir_only, anchored))
+
+    @classmethod
+    def for_folder(cls, root: Path) -> IgnoreRules:
+        for name in (".gputuiignore", ".gitignore"):
+            path = root / name
+            if path.is_file():
+                try:
+                    return cls(path.read_text(encoding="utf-8", errors="replace").splitlines(),
+                               source=name)
+                except OSError:
+                    continue
+        return cls()
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        """Whether `rel` (a POSIX path relative to the root) is left out."""
+        name = rel.rsplit("/", 1)[-1]
+        if name in ALWAYS_IGNORED or name.endswith(PART_SUFFIX):
+            return True
+        result = False
+        for rule in self.rules:
+            if rule.dir_only and not is_dir:
+                continue
+            target = rel if rule.anchored else name
+            if rule.regex.match(target):
+                result = not rule.negate
+        return result
+
+
+# -- paths -----------------------------------------------------------------------------------
+async def remote_home(link: Link) -> str:
+    """The instance's home folder as its shell sees it."""
+    result = await link.run('printf %s "$HOME"', timeout=30)
+    home = result.stdout.strip()
+    if result.exit_status != 0 or not home.startswith("/"):
+        raise TransferError(f"{link.name}: cannot tell the instance's home folder")
+    return home.rstrip("/") or "/"
+
+
+def remote_relpath(path: str, home: str, *, inside_home: bool = False) -> str:
+    """A remote path for SFTP: relative to the home where it is inside it (`~/x`, `x`,
+    `$HOME/x`), else absolute. With `inside_home`, a path outside the home is refused."""
+    text = path.strip()
+    if not text:
+        raise RemotePathError("the remote path is empty")
+    if text == "~" or text.startswith("~/"):
+        text = text[2:] if len(text) > 1 else ""
+    elif text.startswith("$HOME"):
+        text = text[5:].lstrip("/")
+    if text.startswith("/"):
+        norm = posixpath.normpath(text)
+        if norm == home or norm.startswith(home.rstrip("/") + "/"):
+            return posixpath.relpath(norm, home)
+        if inside_home:
+            raise RemotePathError(f"{path}: outside the instance's home ({home})")
+        return norm
+    norm = posixpath.normpath(text) if text else "."
+    if norm == ".." or norm.startswith("../"):
+        raise RemotePathError(f"{path}: outside the instance's home ({home})")
+    return norm
+
+
+def _part_name(name: str, size: int, mtime: int) -> str:
+    tag = f".{size}-{mtime}{PART_SUFFIX}"
+    base = name[: 250 - len(tag)]
+    return f".{base}{tag}"
+
+
+def _mtime(value: float | None) -> int:
+    return int(value or 0)
+
+
+def _is_no_space(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if isinstance(exc, (asyncssh.SFTPNoSpaceOnFilesystem, asyncssh.SFTPQuotaExceeded)):
+        return True
+    reason = str(getattr(exc, "reason", "") or exc).lower()
+    return "no space" in reason or "quota" in reason
+
+
+_LINK_ERRORS = (asyncssh.DisconnectError, asyncssh.ChannelOpenError, asyncssh.SFTPConnectionLost,
+                ConnectionError, SSHLayerError, asyncssh.SFTPNoConnection)
+
+
+# -- the SFTP session, reopened after a drop -------------------------------------------------
+class _Session:
+    def __init__(self, link: Link, wait_s: float) -> None:
+        self.link = link
+        self.wait_s = wait_s
+        self._sftp: asyncssh.SFTPClient | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._lock = asyncio.Lock()
+        self.reconnects = 0
+
+    async def get(self) -> asyncssh.SFTPClient:
+        async with self._lock:
+            if self._sftp is not None and self._conn is not None and not self._conn.is_closed():
+                return self._sftp
+            conn = await self.link._connection(self.wait_s)  # waits through a reconnect
+            try:
+                self._sftp = await conn.start_sftp_client()
+            except (asyncssh.Error, OSError) as exc:
+                raise TransferError(f"{self.link.name}: SFTP is not available: {exc}") from None
+            self._conn = conn
+            return self._sftp
+
+    async def dropped(self, exc: BaseException) -> None:
+        """After a link error: forget the session; give up when the link is closed for good."""
+        if isinstance(exc, LinkClosed) or self.link.closed:
+            raise TransferError(f"{self.link.name}: link closed during the transfer") from None
+        self.reconnects += 1
+        if self.reconnects > RETRIES:
+            raise TransferError(f"{self.link.name}: the link kept dropping ({exc}); "
+                                "run the same command again to resume") from None
+        async with self._lock:
+            if self._sftp is not None:
+                with contextlib.suppress(Exception):
+                    self._sftp.exit()
+            self._sftp = None
+        await asyncio.sleep(min(2.0, 0.1 * self.reconnects))
+
+    async def close(self) -> None:
+        if self._sftp is not None:
+            with contextlib.suppress(Exception):
+                self._sftp.exit()
+                await self._sftp.wait_closed()
+            self._sftp = None
+
+
+async def _retrying(session: _Session, op: Callable[[asyncssh.SFTPClient], Any]) -> Any:
+    while True:
+        sftp = await session.get()
+        try:
+            return await op(sftp)
+        except _LINK_ERRORS as exc:
+            await session.dropped(exc)
+
+
+# -- listings --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Entry:
+    rel: str
+    size: int
+    mtime: int
+
+
+def _local_files(root: Path, rules: IgnoreRules | None) -> tuple[list[_Entry], int]:
+    """Files under `root` (or `root` itself), relative POSIX paths; and the count ignored."""
+    if root.is_file():
+        st = root.stat()
+        return [_Entry("", st.st_size, _mtime(st.st_mtime))], 0
+    files: list[_Entry] = []
+    ignored = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath).relative_to(root).as_posix()
+        base = "" if base == "." else base + "/"
+        keep = []
+        for d in sorted(dirnames):
+            if rules is not None and rules.ignored(base + d, True):
+                ignored += 1
+            elif not os.path.islink(os.path.join(dirpath, d)):
+                keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            rel = base + name
+            full = os.path.join(dirpath, name)
+            if rules is not None and rules.ignored(rel, False):
+                ignored += 1
+                continue
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            if statmod.S_ISREG(st.st_mode):
+                files.append(_Entry(rel, st.st_size, _mtime(st.st_mtime)))
+    return files, ignored
+
+
+async def _remote_stat(sftp: asyncssh.SFTPClient, path: str) -> asyncssh.SFTPAttrs | None:
+    try:
+        return await sftp.stat(path)
+    except asyncssh.SFTPNoSuchFile:
+        return None
+
+
+async def _remote_files(sftp: asyncssh.SFTPClient, root: str,
+                        rules: IgnoreRules | None) -> tuple[list[_Entry], int, bool]:
+    """Files under the remote `root`: (entries, ignored, root is a file)."""
+    attrs = await _remote_stat(sftp, root)
+    if attrs is None:
+        return [], 0, False
+    if attrs.type != asyncssh.FILEXFER_TYPE_DIRECTORY:
+        return [_Entry("", attrs.size or 0, _mtime(attrs.mtime))], 0, True
+    files: list[_Entry] = []
+    ignored = 0
+    todo = [""]
+    while todo:
+        rel_dir = todo.pop()
+        path = posixpath.join(root, rel_dir) if rel_dir else root
+        async for entry in sftp.scandir(path):
+            name = entry.filename if isinstance(entry.filename, str) else entry.filename.decode()
+            if name in (".", ".."):
+                continue
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            kind = entry.attrs.type
+            is_dir = kind == asyncssh.FILEXFER_TYPE_DIRECTORY
+            if rules is not None and rules.ignored(rel, is_dir):
+                ignored += 1
+                continue
+            if is_dir:
+                todo.append(rel)
+            elif kind == asyncssh.FILEXFER_TYPE_REGULAR:
+                files.append(_Entry(rel, entry.attrs.size or 0, _mtime(entry.attrs.mtime)))
+    files.sort(key=lambda e: e.rel)
+    return files, ignored, False
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+async def _remote_sha256(link: Link, paths: list[str]) -> dict[str, str]:
+    """SHA-256 of remote files (paths as SFTP sees them, relative to home), by `sha256sum`."""
+    out: dict[str, str] = {}
+    for i in range(0, len(paths), 500):
+        batch = paths[i:i + 500]
+        result = await link.run("xargs -0 sha256sum -- 2>/dev/null", timeout=600,
+                                input="\0".join(batch) + "\0")
+        for line in result.stdout.splitlines():
+            digest, _, name = line.partition("  ")
+            if len(digest) == 64:
+                out[name.removeprefix("*")] = digest
+    return out
+
+
+# -- the copies ------------------------------------------------------------------------------
+class _Mover:
+    def __init__(self, link: Link, progress: ProgressCallback | None, summary: TransferSummary,
+                 totals: TransferProgress) -> None:
+        self.session = _Session(link, wait_s=max(30.0, link.connect_timeout * 3))
+        self.link = link
+        self.progress = progress
+        self.summary = summary
+        self.totals = totals
+        self._last_report = 0.0
+
+    def report(self, force: bool = False) -> None:
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if force or now - self._last_report >= PROGRESS_EVERY:
+            self._last_report = now
+            self.progress(self.totals)
+
+    def moved(self, n: int) -> None:
+        self.totals.bytes_done += n
+        self.summary.bytes += n
+        self.report()
+
+    # push one file --------------------------------------------------------------------------
+    async def put(self, local: Path, remote: str, size: int, mtime: int) -> None:
+        rdir, name = posixpath.split(remote)
+        part = posixpath.join(rdir, _part_name(name, size, mtime))
+        self.totals.current = remote
+
+        async def op(sftp: asyncssh.SFTPClient) -> None:
+            if rdir:
+                await sftp.makedirs(rdir, exist_ok=True)
+            attrs = await _remote_stat(sftp, part)
+            offset = attrs.size if attrs is not None and (attrs.size or 0) <= size else 0
+            if offset:
+                self.summary.resumed += 1
+            async with sftp.open(part, "r+b" if offset else "wb") as fh:
+                await self._pump_up(local, fh, offset, size)
+            await sftp.setstat(part, asyncssh.SFTPAttrs(atime=mtime, mtime=mtime))
+            try:
+                await sftp.posix_rename(part, remote)
+            except asyncssh.SFTPOpUnsupported:
+                with contextlib.suppress(asyncssh.SFTPNoSuchFile):
+                    await sftp.remove(remote)
+                await sftp.rename(part, remote)
+
+        try:
+            await _retrying(self.session, op)
+        except (asyncssh.SFTPError, OSError) as exc:
+            if _is_no_space(exc):
+                raise DiskFull(f"the instance's disk is full writing {remote}; the partial file "
+                               "is kept — free space and run the same command to resume") from None
+            raise TransferError(f"{remote}: {getattr(exc, 'reason', None) or exc}") from None
+
+    async def _pump_up(self, local: Path, fh: asyncssh.SFTPClientFile, offset: int,
+                       size: int) -> None:
+        sem = asyncio.Semaphore(IN_FLIGHT)
+        tasks: set[asyncio.Task[None]] = set()
+        failed: list[BaseException] = []
+
+        async def write(data: bytes, at: int) -> None:
+            try:
+                await fh.write(data, at)
+                self.moved(len(data))
+            except BaseException as exc:  # reported after the loop
+                failed.append(exc)
+            finally:
+                sem.release()
+
+        with local.open("rb") as src:
+            src.seek(offset)
+            at = offset
+            while at < size and not failed:
+                data = src.read(min(BLOCK, size - at))
+                if not data:
+                    break
+                await sem.acquire()
+                task = asyncio.ensure_future(write(data, at))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                at += len(data)
+            if tasks:
+                await asyncio.gather(*tasks)
+        if failed:
+            raise failed[0]
+
+    # pull one file --------------------------------------------------------------------------
+    async def get(self, remote: str, local: Path, size: int, mtime: int) -> None:
+        part = local.with_name(_part_name(local.name, size, mtime))
+        self.totals.current = remote
+
+        async def op(sftp: asyncssh.SFTPClient) -> None:
+            part.parent.mkdir(parents=True, exist_ok=True)
+            offset = part.stat().st_size if part.exists() else 0
+            if offset > size:
+                offset = 0
+            if offset:
+                self.summary.resumed += 1
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | (0 if offset else os.O_TRUNC), 0o644)
+            try:
+                async with sftp.open(remote, "rb") as fh:
+                    await self._pump_down(fh, fd, offset, size)
+            finally:
+                os.close(fd)
+            os.utime(part, (mtime, mtime))
+            os.replace(part, local)
+
+        try:
+            await _retrying(self.session, op)
+        except asyncssh.SFTPNoSuchFile:
+            raise TransferError(f"{remote}: no such file on the instance (it went away)") from None
+        except (asyncssh.SFTPError, OSError) as exc:
+            if _is_no_space(exc):
+                raise DiskFull(f"the local disk is full writing {local}; the partial file "
+                               "is kept — free space and run the same command to resume") from None
+            raise TransferError(f"{remote}: {getattr(exc, 'reason', None) or exc}") from None
+
+    async def _pump_down(self, fh: asyncssh.SFTPClientFile, fd: int, offset: int,
+                         size: int) -> None:
+        """Read blocks in parallel; write them in order, so the partial file is always a
+        prefix (what resuming relies on)."""
+        at = offset
+        pending: list[tuple[int, asyncio.Task[bytes]]] = []
+        next_read = offset
+        try:
+            while at < size:
+                while next_read < size and len(pending) < IN_FLIGHT:
+                    n = min(BLOCK, size - next_read)
+                    pending.append((next_read, asyncio.ensure_future(fh.read(n, next_read))))
+                    next_read += n
+                start, task = pending.pop(0)
+                data = await task
+                if not data:
+                    raise TransferError("the remote file got shorter while it was read")
+                os.pwrite(fd, data, start)
+                at = start + len(data)
+                self.moved(len(data))
+                if len(data) < min(BLOCK, size - start):  # a short read: read the rest again
+                    for _, t in pending:
+                        t.cancel()
+                    await asyncio.gather(*(t for _, t in pending), return_exceptions=True)
+                    pending, next_read = [], at
+        finally:
+            for _, t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*(t for _, t in pending), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+async def _run_all(jobs: list[Callable[[], Any]], mover: _Mover) -> None:
+    queue = list(reversed(jobs))
+
+    async def worker() -> None:
+        while queue:
+            job = queue.pop()
+            await job()
+            mover.totals.files_done += 1
+            mover.summary.files += 1
+            mover.report()
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(min(FILES_AT_ONCE, len(jobs)))]
+    try:
+        await asyncio.gather(*workers)
+    except BaseException:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
+
+
+# -- public ----------------------------------------------------------------------------------
+async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = False,
+               progress: ProgressCallback | None = None, home: str | None = None,
+               ) -> TransferSummary:
+    """Send `local` (a file or folder) to `remote` on the instance; only what changed."""
+    local = Path(local)
+    if not local.exists():
+        raise BadInput(f"{local}: no such file or folder")
+    started = time.monotonic()
+    home = home or await remote_home(link)
+    target = remote_relpath(remote, home)
+    rules = IgnoreRules.for_folder(local) if local.is_dir() else None
+    files, ignored = await asyncio.to_thread(_local_files, local, rules)
+    summary = TransferSummary("push", str(local), target, ignored=ignored)
+    totals = TransferProgress(len(files), sum(f.size for f in files))
+    mover = _Mover(link, progress, summary, totals)
+    try:
+        async def listing(sftp: asyncssh.SFTPClient) -> tuple[list[_Entry], bool, bool]:
+            attrs = await _remote_stat(sftp, target)
+            is_dir = attrs is not None and attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY
+            if local.is_file():
+                return [], attrs is not None, is_dir
+            entries, _ign, _is_file = await _remote_files(sftp, target, None)
+            return entries, attrs is not None, is_dir
+
+        existing, _exists, target_is_dir = await _retrying(mover.session, listing)
+        if local.is_file():
+            dest = posixpath.join(target, local.name) if target_is_dir else target
+            pairs = [(files[0], local, dest)]
+            async def stat_dest(sftp: asyncssh.SFTPClient) -> asyncssh.SFTPAttrs | None:
+                return await _remote_stat(sftp, dest)
+            attrs = await _retrying(mover.session, stat_dest)
+            have = {"": _Entry("", attrs.size or 0, _mtime(attrs.mtime))} if attrs else {}
+        else:
+            pairs = [(f, local / f.rel, posixpath.join(target, f.rel)) for f in files]
+            have = {e.rel: e for e in existing}
+        changed = []
+        for entry, src, dest in pairs:
+            old = have.get(entry.rel)
+            if old is None or old.size != entry.size:
+                changed.append((entry, src, dest))
+            elif not checksum and old.mtime != entry.mtime:
+                changed.append((entry, src, dest))
+            elif checksum:
+                changed.append((entry, src, dest))  # decided below by the digests
+        if checksum and changed:
+            same_size = [(e, s, d) for e, s, d in changed if have.get(e.rel) is not None]
+            digests = await _remote_sha256(link, [d for _e, _s, d in same_size])
+            unchanged = set()
+            for e, s, d in same_size:
+                if digests.get(d) == await asyncio.to_thread(_sha256, s):
+                    unchanged.add(e.rel)
+            changed = [c for c in changed if c[0].rel not in unchanged]
+        summary.skipped = len(pairs) - len(changed)
+        totals.files_total = len(changed)
+        totals.bytes_total = sum(e.size for e, _s, _d in changed)
+        mover.report(force=True)
+        await _run_all([
+            (lambda e=e, s=s, d=d: mover.put(s, d, e.size, e.mtime)) for e, s, d in changed
+        ], mover)
+        summary.paths = [d for _e, _s, d in changed]
+    finally:
+        await mover.close()
+    summary.seconds = time.monotonic() - started
+    mover.report(force=True)
+    return summary
+
+
+async def pull(link: Link, remote: str, local: Path | str | None = None, *, checksum: bool = False,
+               progress: ProgressCallback | None = None, home: str | None = None,
+               inside_home: bool = False) -> TransferSummary:
+    """Bring `remote` (a file or folder) home; only what changed. `local` is the copy (a file
+    into an existing folder goes inside it); None: `./<name of remote>`."""
+    local = Path(local) if local is not None else None
+    started = time.monotonic()
+    home = home or await remote_home(link)
+    source = remote_relpath(remote, home, inside_home=inside_home)
+    rules = IgnoreRules()  # only the fixed names: results are often git-ignored
+    summary = TransferSummary("pull", source, str(local or "."))
+    totals = TransferProgress(0, 0)
+    mover = _Mover(link, progress, summary, totals)
+    try:
+        async def listing(sftp: asyncssh.SFTPClient) -> tuple[list[_Entry], int, bool]:
+            return await _remote_files(sftp, source, rules)
+
+        entries, ignored, is_file = await _retrying(mover.session, listing)
+        summary.ignored = ignored
+        if not entries and not is_file:
+            async def exists(sftp: asyncssh.SFTPClient) -> bool:
+                return await _remote_stat(sftp, source) is not None
+            if not await _retrying(mover.session, exists):
+                raise BadInput(f"{remote}: no such file or folder on the instance")
+        name = posixpath.basename(source.rstrip("/")) or "home"
+        if local is None:
+            dest_root = Path.cwd() / name
+        elif is_file and local.is_dir():
+            dest_root = local / name
+        else:
+            dest_root = local
+        if is_file:
+            pairs = [(entries[0], source, dest_root)]
+        else:
+            pairs = [(e, posixpath.join(source, e.rel), dest_root / e.rel) for e in entries]
+        summary.target = str(dest_root)
+        changed = []
+        for entry, src, dest in pairs:
+            try:
+                st = dest.stat()
+            except OSError:
+                changed.append((entry, src, dest))
+                continue
+            if st.st_size != entry.size:
+                changed.append((entry, src, dest))
+            elif checksum:
+                changed.append((entry, src, dest))
+            elif _mtime(st.st_mtime) != entry.mtime:
+                changed.append((entry, src, dest))
+        if checksum and changed:
+            same = [(e, s, d) for e, s, d in changed if d.exists()]
+            digests = await _remote_sha256(link, [s for _e, s, _d in same])
+            unchanged = set()
+            for e, s, d in same:
+                if digests.get(s) == await asyncio.to_thread(_sha256, d):
+                    unchanged.add(e.rel)
+            changed = [c for c in changed if c[0].rel not in unchanged]
+        summary.skipped = len(pairs) - len(changed)
+        totals.files_total = len(changed)
+        totals.bytes_total = sum(e.size for e, _s, _d in changed)
+        mover.report(force=True)
+        await _run_all([
+            (lambda e=e, s=s, d=d: mover.get(s, d, e.size, e.mtime)) for e, s, d in changed
+        ], mover)
+        summary.paths = [str(d) for _e, _s, d in changed]
+    finally:
+        await mover.close()
+    summary.seconds = time.monotonic() - started
+    mover.report(force=True)
+    return summary

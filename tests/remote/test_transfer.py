@@ -1,0 +1,199 @@
+"""push / pull over SFTP on a sandbox instance's real SSH link: ignore rules, only changed files,
+temporary names, resume after a drop, and OpenSSH's own sftp/scp against the sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gputui.errors import BadInput
+from gputui.providers.base import CreateRequest
+from gputui.remote import transfer
+from gputui.remote.transfer import IgnoreRules, RemotePathError, pull, push, remote_relpath
+from gputui.services.hub import Services
+
+
+async def rent(svc: Services, name: str = "box"):
+    offer = await svc.find_offer("sandbox", "RTX 4090")
+    req = CreateRequest(offer_id=offer.offer_id, gpu_count=1, name=svc.free_name(name))
+    return await svc.create("sandbox", offer, req)
+
+
+def make_project(root: Path) -> None:
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "train.py").write_text("print('train')\n")
+    (root / "README.md").write_text("hello\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / "src" / "__pycache__").mkdir()
+    (root / "src" / "__pycache__" / "x.pyc").write_bytes(b"\0" * 10)
+    (root / "node_modules" / "a").mkdir(parents=True)
+    (root / "node_modules" / "a" / "i.js").write_text("x")
+    (root / "data").mkdir()
+    (root / "data" / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+    (root / "logs").mkdir()
+    (root / "logs" / "old.log").write_text("old")
+    (root / "notes.tmp").write_text("tmp")
+    (root / ".gitignore").write_text("logs/\n*.tmp\n")
+
+
+def instance_root(svc: Services, inst) -> Path:
+    return svc.state_dir / "sandbox" / "instances" / inst.id
+
+
+def test_ignore_rules_follow_gitignore_basics():
+    rules = IgnoreRules(["# c", "*.log", "!keep.log", "build/", "/top.txt", "a/**/z", ""])
+    assert rules.ignored("x/y.log", False)
+    assert not rules.ignored("keep.log", False)
+    assert rules.ignored("build", True) and not rules.ignored("build", False)
+    assert rules.ignored("top.txt", False) and not rules.ignored("sub/top.txt", False)
+    assert rules.ignored("a/b/c/z", False) and rules.ignored("a/z", False)
+    for name in (".git", "__pycache__", ".venv", "node_modules"):
+        assert rules.ignored(f"deep/{name}", True)
+
+
+def test_remote_paths_stay_in_home_when_asked():
+    home = "/home/u"
+    assert remote_relpath("~/results", home) == "results"
+    assert remote_relpath("/home/u/results/a", home) == "results/a"
+    assert remote_relpath("$HOME/r", home) == "r"
+    assert remote_relpath("/workspace/x", home) == "/workspace/x"
+    with pytest.raises(RemotePathError):
+        remote_relpath("/etc/passwd", home, inside_home=True)
+    with pytest.raises(RemotePathError):
+        remote_relpath("../other", home)
+
+
+async def test_push_then_pull_round_trip_only_changed(services: Services, tmp_path: Path):
+    inst = await rent(services)
+    link = await services.link(inst)
+    proj = tmp_path / "proj"
+    make_project(proj)
+    seen: list[int] = []
+    first = await push(link, proj, "~/proj", progress=lambda p: seen.append(p.bytes_done))
+    root = instance_root(services, inst)
+    assert (root / "proj" / "src" / "pkg" / "train.py").read_text() == "print('train')\n"
+    assert (root / "proj" / "data" / "big.bin").read_bytes() == (proj / "data" / "big.bin").read_bytes()
+    for gone in (".git", "src/__pycache__", "node_modules", "logs", "notes.tmp"):
+        assert not (root / "proj" / gone).exists(), gone
+    assert first.files == 4 and first.skipped == 0  # train.py, README.md, big.bin, .gitignore
+    assert first.bytes == sum(f.stat().st_size for f in (root / "proj").rglob("*") if f.is_file())
+    assert seen and seen[-1] == first.bytes
+    assert not list(root.rglob("*.gputui-part"))
+    # the remote keeps the local modification time, so nothing moves the second time
+    again = await push(link, proj, "~/proj")
+    assert again.files == 0 and again.skipped == 4
+    (proj / "README.md").write_text("changed!\n")
+    third = await push(link, proj, "~/proj")
+    assert third.files == 1 and third.paths == ["proj/README.md"]
+    # --checksum: same size and mtime but different content is still sent
+    st = (proj / "README.md").stat()
+    (root / "proj" / "README.md").write_text("CHANGED!\n")
+    os.utime(root / "proj" / "README.md", (st.st_atime, st.st_mtime))
+    assert (await push(link, proj, "~/proj")).files == 0
+    assert (await push(link, proj, "~/proj", checksum=True)).files == 1
+    assert (root / "proj" / "README.md").read_text() == "changed!\n"
+    # pull back into a new folder; then only what changed on the instance
+    back = tmp_path / "back"
+    got = await pull(link, "proj", back)
+    assert (back / "data" / "big.bin").read_bytes() == (proj / "data" / "big.bin").read_bytes()
+    assert got.files == 4
+    (root / "proj" / "out.txt").write_text("result")
+    again = await pull(link, f"{root}/proj", back)  # the shell's absolute path works too
+    assert again.files == 1 and (back / "out.txt").read_text() == "result"
+
+
+async def test_bad_paths_are_bad_input(services: Services, tmp_path: Path):
+    inst = await rent(services)
+    link = await services.link(inst)
+    with pytest.raises(BadInput, match="no such file"):
+        await push(link, tmp_path / "missing", "~/x")
+    with pytest.raises(BadInput, match="no such file"):
+        await pull(link, "nothing-here", tmp_path / "x")
+    with pytest.raises(BadInput, match="outside"):
+        await pull(link, "/etc", tmp_path / "x", inside_home=True)
+    assert not (tmp_path / "x").exists()
+
+
+async def test_interrupted_push_resumes_from_the_partial_file(services: Services, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    inst = await rent(services)
+    link = await services.link(inst)
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(8 * 1024 * 1024))
+    root = instance_root(services, inst)
+    monkeypatch.setattr(transfer, "IN_FLIGHT", 1)
+    monkeypatch.setattr(transfer, "PROGRESS_EVERY", 0)
+    cut = asyncio.Event()
+
+    def progress(p: transfer.TransferProgress) -> None:
+        if p.bytes_done >= 3 * 1024 * 1024 and not cut.is_set():
+            cut.set()
+            conn = link._conn
+            assert conn is not None
+            conn.abort()  # the connection drops mid-file
+
+    summary = await push(link, big, "~/big.bin", progress=progress)
+    assert cut.is_set()
+    assert (root / "big.bin").read_bytes() == big.read_bytes()
+    assert summary.resumed == 1
+    assert summary.bytes < 2 * big.stat().st_size  # not started again from zero
+    assert not list(root.glob("*.gputui-part"))
+
+
+async def test_a_partial_file_never_has_the_real_name_and_is_resumed(services: Services,
+                                                                     tmp_path: Path):
+    inst = await rent(services)
+    link = await services.link(inst)
+    src = tmp_path / "model.pt"
+    data = os.urandom(2 * 1024 * 1024)
+    src.write_bytes(data)
+    st = src.stat()
+    root = instance_root(services, inst)
+    # what an interrupted transfer leaves: the first half under the temporary name
+    part = root / transfer._part_name("model.pt", len(data), int(st.st_mtime))
+    part.write_bytes(data[: len(data) // 2])
+    summary = await push(link, src, "model.pt")
+    assert summary.resumed == 1 and summary.bytes == len(data) - len(data) // 2
+    assert (root / "model.pt").read_bytes() == data and not part.exists()
+    # and pulling: a local partial is continued the same way
+    dest = tmp_path / "home"
+    dest.mkdir()
+    local_part = dest / transfer._part_name("model.pt", len(data), int(st.st_mtime))
+    local_part.write_bytes(data[:1000])
+    got = await pull(link, "model.pt", dest)
+    assert got.resumed == 1 and got.bytes == len(data) - 1000
+    assert (dest / "model.pt").read_bytes() == data and not local_part.exists()
+
+
+@pytest.mark.skipif(shutil.which("sftp") is None or shutil.which("scp") is None,
+                    reason="OpenSSH's sftp/scp not installed")
+async def test_openssh_sftp_and_scp_reach_the_sandbox(services: Services, tmp_path: Path):
+    inst = await rent(services)
+    await services.link(inst)  # serves it, and records its host key
+    assert inst.ssh is not None
+    known = tmp_path / "known_hosts"
+    key = (services.state_dir / "sandbox" / "platform" / f"{inst.id}.host_key")
+    import asyncssh
+
+    pub = asyncssh.read_private_key(str(key)).export_public_key().decode().strip()
+    known.write_text(f"[127.0.0.1]:{inst.ssh.port} {pub}\n")
+    opts = ["-F", "/dev/null", "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-i", str(inst.ssh.key_path)]
+    (tmp_path / "up.txt").write_text("via scp\n")
+    scp = await asyncio.to_thread(subprocess.run, ["scp", *opts, "-P", str(inst.ssh.port),
+                                  str(tmp_path / "up.txt"), "root@127.0.0.1:up.txt"],
+                                  capture_output=True, text=True, timeout=60)
+    assert scp.returncode == 0, scp.stderr
+    root = instance_root(services, inst)
+    assert (root / "up.txt").read_text() == "via scp\n"
+    sftp = await asyncio.to_thread(subprocess.run, ["sftp", *opts, "-P", str(inst.ssh.port), "-b", "-",
+                                   "root@127.0.0.1"], input="get up.txt down.txt\nls /\n",
+                                   capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert sftp.returncode == 0, sftp.stderr
+    assert (tmp_path / "down.txt").read_text() == "via scp\n"
