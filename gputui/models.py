@@ -135,7 +135,8 @@ class LinkState(StrEnum):
     FAILED = "failed"
 
 
-EndReason = Literal["timer", "idle", "budget", "manual", "external", "failed"]
+EndReason = Literal["timer", "idle", "budget", "manual", "external", "failed", "done"]
+# "done": released by a jobs queue's when-done policy, after its results were pulled
 
 
 class SSHEndpoint(_Model):

@@ -179,6 +179,12 @@ CREATE TABLE IF NOT EXISTS changes (
 """
 
 
+# Added later: made in state files of any age (CREATE ... IF NOT EXISTS), no schema change.
+_RUN_COSTS = """CREATE TABLE IF NOT EXISTS run_costs (
+    instance_id TEXT NOT NULL, job_id TEXT NOT NULL, data TEXT NOT NULL, ended REAL NOT NULL,
+    PRIMARY KEY (instance_id, job_id))"""
+
+
 class UnknownInstance(NotFound, LookupError):
     """A name or id that matches no instance (or several): the user's input, not a failure."""
 
@@ -259,6 +265,7 @@ class SessionStore:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+            conn.execute(_RUN_COSTS)
             conn.execute("SELECT count(*) FROM instances").fetchone()
         except sqlite3.DatabaseError as exc:
             raise StateError(
@@ -529,6 +536,33 @@ class SessionStore:
             with contextlib.suppress(sqlite3.OperationalError):  # no claims table yet
                 conn.execute("DELETE FROM claims WHERE instance_id=? AND owner=?",
                              (instance_id, owner))
+
+    # -- per-run costs (jobs): a breakdown of an instance's cost, never added to it ----------------
+
+    def record_run_cost_sync(self, instance_id: str, job_id: str, data: dict,
+                             ended: float) -> bool:
+        """Record a finished run's cost once (False when it was recorded already)."""
+        import json
+
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO run_costs(instance_id, job_id, data, ended) "
+                "VALUES (?, ?, ?, ?)", (instance_id, job_id, json.dumps(data), ended))
+            if cur.rowcount:
+                self._log_change(conn, "ledger", instance_id)
+        if cur.rowcount:
+            self.emit(LedgerChanged(instance_id))
+        return bool(cur.rowcount)
+
+    def run_costs_sync(self, instance_id: str | None = None) -> list[dict]:
+        import json
+
+        if instance_id is None:
+            rows = self._query("SELECT data FROM run_costs ORDER BY ended")
+        else:
+            rows = self._query("SELECT data FROM run_costs WHERE instance_id=? ORDER BY ended",
+                               (instance_id,))
+        return [json.loads(r[0]) for r in rows]
 
     # -- async face --------------------------------------------------------------------------------
 

@@ -19,8 +19,8 @@ from gputui import __version__
 from gputui.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GputuiError, exit_code, one_line
 
 # The subjects, in the order `gputui --help` lists their commands.
-SUBJECTS = ("instances", "lifecycle", "ollama", "gpus", "costs", "catalog", "config", "daemon",
-            "metrics", "mcp")
+SUBJECTS = ("instances", "lifecycle", "jobs", "ollama", "gpus", "costs", "catalog", "config",
+            "daemon", "metrics", "mcp")
 
 
 def _run_console(args: argparse.Namespace) -> int:

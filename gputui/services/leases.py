@@ -194,12 +194,18 @@ class LeaseService:
                 if not inst.status.live:
                     continue
             self._warn_wipe(inst, now)
+            if await self._jobs_done(inst):
+                result.released.append(inst.name)
+                continue
             lease = leases.get(inst.id)
             if lease is None or lease.state != LeaseState.ACTIVE:
                 continue
             reason = self._due(inst, lease, now)
             if reason in ("timer", "idle") and self._stops_at_deadline(inst):
                 await self._power_off_at_deadline(inst, reason, result)
+                continue
+            if reason and not await self._results_home(inst):
+                result.errors.append(f"{inst.name}: kept: its results are not pulled yet")
                 continue
             if reason:
                 try:
@@ -226,6 +232,18 @@ class LeaseService:
             result.released += await self.services.sweep_strays()
         return result
 
+    async def _jobs_done(self, inst: Instance) -> bool:
+        """A jobs queue's when-done policy (pull, then release) ended the instance."""
+        from gputui.services.jobs import on_tick
+
+        return await on_tick(self.services, inst)
+
+    async def _results_home(self, inst: Instance) -> bool:
+        """No automatic release while results asked for are still on the instance."""
+        from gputui.services.jobs import release_allowed
+
+        return await release_allowed(self.services, inst)
+
     async def _budgets(self, now: datetime, result: ReapResult) -> None:
         """Alerts at 80 % and 100 % of the caps; at 100 %, release if the user asked for it."""
         budget = self.services.config.budget
@@ -241,6 +259,8 @@ class LeaseService:
             targets = [i for i in instances if i.status.live and
                        (alert.instance_id is None or i.id == alert.instance_id)]
             for inst in targets:
+                if not await self._results_home(inst):
+                    continue
                 try:
                     if await self.services.release(inst, "budget") is None:
                         continue  # released (or being released) by another process

@@ -1,0 +1,475 @@
+"""Jobs and files: push, pull, a queue of runs on the instance, and `run` for the whole round."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gputui.cli.output import EXIT_BAD_INPUT, CommandError, print_json, run_async
+from gputui.errors import BadInput
+
+POLICIES = ("release", "stop", "keep")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _live(services: Any, name: str) -> Any:
+    inst = services.store.find_instance_sync(name)
+    if not inst.status.live:
+        raise CommandError(f"{inst.name} is {inst.status.value}")
+    return inst
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+class _Bar:
+    """A progress bar on stderr (only on a terminal)."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.drawn = False
+
+    def __call__(self, p: Any) -> None:
+        if not self.enabled:
+            return
+        total = max(1, p.bytes_total)
+        frac = min(1.0, p.bytes_done / total) if p.bytes_total else 1.0
+        width = 24
+        filled = int(frac * width)
+        rate = p.bytes_done / max(1e-6, time.monotonic() - self.started)
+        line = (f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {frac * 100:3.0f}% "
+                f"{_human_bytes(p.bytes_done)}/{_human_bytes(p.bytes_total)} "
+                f"{p.files_done}/{p.files_total} files {_human_bytes(rate)}/s")
+        sys.stderr.write(line[:200].ljust(80))
+        sys.stderr.flush()
+        self.drawn = True
+
+    def done(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _summary_line(s: Any) -> str:
+    extra = f", {s.resumed} resumed" if s.resumed else ""
+    return (f"{s.direction} {s.source} -> {s.target}: {s.files} files, {_human_bytes(s.bytes)}, "
+            f"{s.skipped} unchanged, {s.ignored} ignored{extra} in {s.seconds:.1f} s")
+
+
+async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> int:
+    from gputui.nvidia.nvsmi import sanitize
+    from gputui.remote.ssh import SSHLayerError
+    from gputui.remote.transfer import pull, push
+
+    inst = _live(services, args.name)
+    local: Path | None = args.local_path
+    link = await services.link(inst)
+    bar = _Bar(f"{direction} {inst.name}", not args.json)
+    try:
+        if direction == "push":
+            assert local is not None
+            remote = args.remote or f"~/{local.name}"
+            summary = await push(link, local, remote, checksum=args.checksum, progress=bar)
+        else:
+            summary = await pull(link, args.remote, local, checksum=args.checksum,
+                                 progress=bar)
+    except SSHLayerError as exc:
+        raise CommandError(f"{inst.name}: {exc}") from None
+    finally:
+        bar.done()
+    if args.json:
+        print_json(summary.as_dict())
+    else:
+        print(sanitize(_summary_line(summary), 400))
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    args.local_path = Path(os.path.expanduser(args.local)).resolve()
+    if not args.local_path.exists():
+        raise CommandError(f"{args.local}: no such file or folder", EXIT_BAD_INPUT)
+    return run_async(args, lambda services: _transfer(services, args, "push"))
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    args.local_path = Path(os.path.expanduser(args.local)).resolve() if args.local else None
+    return run_async(args, lambda services: _transfer(services, args, "pull"))
+
+
+# -- the queue --------------------------------------------------------------------------------
+def _fmt_secs(secs: float | None) -> str:
+    if secs is None:
+        return "-"
+    s = int(secs)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def print_table(view: Any, inst: Any) -> None:
+    from gputui.format import fit_name, format_money
+    from gputui.nvidia.nvsmi import sanitize
+
+    if not view.jobs:
+        print(f"{inst.name}: no runs queued. Queue one with `gputui jobs {inst.name} add -- CMD`.")
+        return
+    print(f"{'ID':>4} {'NAME':<18} {'STATUS':<9} {'EXIT':>4} {'TIME':>7} {'GPU%':>5} "
+          f"{'MEM MiB':>8} {'COST':>9}")
+    for j in view.jobs:
+        util = f"{j.gpu_util_avg:.0f}" if j.gpu_util_avg is not None else "-"
+        mem = f"{j.gpu_mem_max_mib:.0f}" if j.gpu_mem_max_mib is not None else "-"
+        cost = format_money(j.cost, j.currency) if j.cost is not None else "-"
+        code = str(j.exit_code) if j.exit_code is not None else "-"
+        print(f"{j.id:>4} {fit_name(sanitize(j.name, 60), 18):<18} {j.status:<9} {code:>4} "
+              f"{_fmt_secs(j.seconds()):>7} {util:>5} {mem:>8} {cost:>9}")
+    if view.finished:
+        print(summary_text(view, inst))
+
+
+def summary_text(view: Any, inst: Any) -> str:
+    from decimal import Decimal
+
+    from gputui.format import format_money
+    from gputui.models import money
+
+    counts = view.counts()
+    parts = [f"{n} {status}" for status, n in counts.items()]
+    total = money(sum((j.cost for j in view.jobs if j.cost is not None), Decimal(0)))
+    when = f" at {view.ended_at.astimezone():%H:%M}" if view.ended_at else ""
+    text = (f"queue ended{when}: {', '.join(parts)}; the runs cost "
+            f"{format_money(total, inst.billing.currency)} (part of {inst.name}'s cost)")
+    if view.poweroff_at is not None and view.poweroff_in_s is not None:
+        from datetime import timedelta
+
+        off = view.poweroff_at + timedelta(seconds=view.poweroff_in_s)
+        text += f"; it powers off at {off.astimezone():%H:%M} unless gputui finishes first"
+    return text
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    action = args.action or "list"
+    return run_async(args, lambda services: _JOB_ACTIONS[action](services, args))
+
+
+async def _list(services: Any, args: argparse.Namespace) -> int:
+    from gputui.services.jobs import JobService
+
+    inst = _live(services, args.name)
+    jobs = JobService(services)
+    view = await jobs.view(inst)
+    if args.json:
+        print_json([j.as_dict() for j in view.jobs])
+    else:
+        print_table(view, inst)
+        rec = jobs.when_done(inst)
+        if rec is not None and rec.done_at is None:
+            pulls = ", ".join(f"{p['remote']} -> {p['local']}" for p in rec.pulls)
+            print(f"when done: {rec.policy}" + (f" (pull {pulls} first)" if pulls else ""))
+    return 0
+
+
+def _specs_from_args(args: argparse.Namespace, inst: Any) -> list[Any]:
+    from gputui.services.jobs import JobSpec, parse_gpus, read_runs_file
+
+    gpus = parse_gpus(args.gpus, inst.gpu_count)
+    if args.retries < 0 or args.retries > 100:
+        raise CommandError("--retries: 0 to 100", EXIT_BAD_INPUT)
+    command = list(args.argv or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.file and command:
+        raise CommandError("add: give a command or --file, not both", EXIT_BAD_INPUT)
+    if args.file:
+        lines = read_runs_file(Path(os.path.expanduser(args.file)))
+        base = args.name_label
+        return [JobSpec(command=line, name=f"{base}-{i}" if base else None, cwd=args.cwd,
+                        gpus=gpus, retries=args.retries) for i, line in enumerate(lines, 1)]
+    if not command:
+        raise CommandError("add: no command (gputui jobs NAME add -- CMD ...)", EXIT_BAD_INPUT)
+    from gputui.services.hub import quote_args
+
+    text = command[0] if len(command) == 1 else quote_args(command)
+    return [JobSpec(command=text, name=args.name_label, cwd=args.cwd, gpus=gpus,
+                    retries=args.retries)]
+
+
+async def _add(services: Any, args: argparse.Namespace) -> int:
+    from gputui.services.jobs import JobService
+
+    inst = _live(services, args.name)
+    specs = _specs_from_args(args, inst)
+    ids = await JobService(services).add(inst, specs)
+    if args.json:
+        print_json({"ids": ids})
+    else:
+        for job_id in ids:
+            print(job_id)
+    return 0
+
+
+async def _log(services: Any, args: argparse.Namespace) -> int:
+    from gputui.services.jobs import JobService
+
+    inst = _live(services, args.name)
+    jobs = JobService(services)
+    if args.follow:
+        await jobs.follow(inst, args.job, lambda line: print(line, flush=True))
+    else:
+        for line in await jobs.log_tail(inst, args.job, args.lines):
+            print(line)
+    return 0
+
+
+async def _cancel(services: Any, args: argparse.Namespace) -> int:
+    from gputui.services.jobs import JobService
+
+    inst = _live(services, args.name)
+    was = await JobService(services).cancel(inst, args.job)
+    print(f"job {args.job}: cancelled" + (" (stopping it)" if was == "running" else ""))
+    return 0
+
+
+async def _retry(services: Any, args: argparse.Namespace) -> int:
+    from gputui.services.jobs import JobService
+
+    inst = _live(services, args.name)
+    new = await JobService(services).retry(inst, args.job)
+    print(new)
+    return 0
+
+
+def _pulls(args: argparse.Namespace) -> list[tuple[str, str]]:
+    if args.to and not args.pull:
+        raise CommandError("--to needs --pull REMOTE", EXIT_BAD_INPUT)
+    if not args.pull:
+        return []
+    local = args.to or os.path.join(".", os.path.basename(args.pull.rstrip("/")) or "results")
+    return [(args.pull, os.path.abspath(os.path.expanduser(local)))]
+
+
+async def _when_done(services: Any, args: argparse.Namespace) -> int:
+    from gputui.config import parse_duration
+    from gputui.services.jobs import JobService
+
+    inst = _live(services, args.name)
+    pulls = _pulls(args)
+    try:
+        grace = parse_duration(args.grace).total_seconds()
+    except ValueError as exc:
+        raise CommandError(f"--grace: {exc}", EXIT_BAD_INPUT) from None
+    jobs = JobService(services)
+    rec = await jobs.set_when_done(inst, args.policy, pulls=pulls, grace_s=grace)
+    outcome = await jobs.finish(inst, force=True)  # the queue may have ended already
+    if args.json:
+        print_json({"policy": rec.policy, "pulls": rec.pulls, "grace_s": rec.grace_s,
+                    "outcome": outcome})
+    else:
+        what = {"release": "released", "stop": "stopped", "keep": "kept"}[rec.policy]
+        pull = f"; {', '.join(p['remote'] for p in rec.pulls)} pulled first" if rec.pulls else ""
+        print(f"{inst.name}: when its queue ends it is {what}{pull}"
+              + (f" — done now: {outcome}" if outcome else ""))
+    return 0
+
+
+_JOB_ACTIONS = {"list": _list, "add": _add, "log": _log, "cancel": _cancel, "retry": _retry,
+                "when-done": _when_done}
+
+
+# -- run: the whole round -----------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.argv or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.gpu and args.name is not None:  # `run --gpu X -- CMD`: argparse took CMD's first word
+        command, args.name = [args.name, *command], None
+    if not command:
+        raise CommandError("run: no command (gputui run NAME -- CMD ...)", EXIT_BAD_INPUT)
+    if (args.name is None) == (args.gpu is None):
+        raise CommandError("run: give an instance NAME or --gpu GPU to rent one", EXIT_BAD_INPUT)
+    args.sync_path = Path(os.path.expanduser(args.sync)).resolve() if args.sync else None
+    if args.sync_path is not None and not args.sync_path.is_dir():
+        raise CommandError(f"--sync: {args.sync}: no such folder", EXIT_BAD_INPUT)
+    return run_async(args, lambda services: _run(services, args, command))
+
+
+async def _rent(services: Any, args: argparse.Namespace) -> Any:
+    from datetime import timedelta
+
+    from gputui.config import parse_duration
+    from gputui.models import Lease, utcnow
+    from gputui.providers.base import CreateRequest
+    from gputui.services.leases import LeaseService
+
+    text = args.release_after or services.config.lease.default_release
+    try:
+        delta = parse_duration(text)
+    except ValueError as exc:
+        raise CommandError(f"--release-after: {exc}", EXIT_BAD_INPUT) from None
+    if delta < timedelta(seconds=60) or delta.days > 366:
+        raise CommandError("--release-after: between a minute and a year", EXIT_BAD_INPUT)
+    offer = await services.find_offer(args.provider, args.gpu)
+    name = services.free_name(args.instance_name or "run")
+    request = CreateRequest(offer_id=offer.offer_id, gpu_count=offer.gpu_count, name=name)
+    lease = Lease(instance_id="pending", release_at=utcnow() + delta)
+    inst = await services.create(args.provider, offer, request, lease=lease,
+                                 progress=lambda m: print(f"  {name}: {m}", file=sys.stderr))
+    await LeaseService(services).arm(inst)
+    return inst
+
+
+async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> int:
+    from gputui.nvidia.nvsmi import sanitize
+    from gputui.remote.ssh import SSHLayerError
+    from gputui.remote.transfer import push
+    from gputui.services.hub import quote_args
+    from gputui.services.jobs import JobService, JobSpec, parse_gpus
+
+    inst = await _rent(services, args) if args.gpu else _live(services, args.name)
+    then = args.then or ("release" if args.gpu else "keep")
+    pulls = _pulls(args)
+    gpus = parse_gpus(args.gpus, inst.gpu_count)
+    jobs = JobService(services)
+    cwd = args.cwd
+    if args.sync_path is not None:
+        local = args.sync_path
+        link = await services.link(inst)
+        bar = _Bar(f"sync {inst.name}", True)
+        try:
+            summary = await push(link, local, f"~/{local.name}", progress=bar)
+        except SSHLayerError as exc:
+            raise CommandError(f"{inst.name}: {exc}") from None
+        finally:
+            bar.done()
+        print(sanitize(_summary_line(summary), 400), file=sys.stderr)
+        cwd = cwd or local.name
+    if then != "keep" or pulls:
+        # recorded first: if this command is stopped, the console or `gputui reap` finishes it
+        await jobs.set_when_done(inst, then, pulls=pulls)
+    text = command[0] if len(command) == 1 else quote_args(command)
+    [job_id] = await jobs.add(inst, [JobSpec(command=text, name=args.label, cwd=cwd, gpus=gpus)])
+    print(f"{inst.name}: job {job_id} queued", file=sys.stderr)
+    follow = asyncio.ensure_future(
+        jobs.follow(inst, job_id, lambda line: print(line, flush=True)))
+    try:
+        await follow
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        follow.cancel()
+        return await _interrupted(services, jobs, inst, job_id)
+    view = await jobs.wait(inst, [job_id])
+    job = view.get(job_id)
+    from gputui.format import format_money
+
+    cost = format_money(job.cost, job.currency) if job.cost is not None else "-"
+    print(f"{inst.name}: job {job_id} {job.status} (exit {job.exit_code}) in "
+          f"{_fmt_secs(job.seconds())}, {cost}", file=sys.stderr)
+    if then != "keep" or pulls:
+        outcome = await jobs.finish(inst, force=True)
+        if outcome:
+            print(f"{inst.name}: {outcome}", file=sys.stderr)
+        elif view.active:
+            print(f"{inst.name}: other runs are still queued; it is {then}d when they end",
+                  file=sys.stderr)
+    if job.exit_code is None:
+        return 1
+    return int(job.exit_code)
+
+
+async def _interrupted(services: Any, jobs: Any, inst: Any, job_id: str) -> int:
+    answer = ""
+    if sys.stdin.isatty():
+        try:
+            answer = await asyncio.to_thread(input, f"\nstop job {job_id} on {inst.name}? [y/N] ")
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        await jobs.cancel(inst, job_id)
+        print(f"job {job_id}: stopping it", file=sys.stderr)
+    else:
+        print(f"job {job_id} goes on; follow it with `gputui jobs {inst.name} log {job_id} "
+              "--follow`", file=sys.stderr)
+    lease = services.store.get_lease_sync(inst.id)
+    if lease is not None and lease.release_at is not None:
+        print(f"{inst.name} keeps its release timer ({lease.release_at.astimezone():%H:%M})",
+              file=sys.stderr)
+    return 130
+
+
+# -- the parser -----------------------------------------------------------------------------------
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("push", help="send files to an instance (only what changed)")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("local", help="a file or folder here")
+    s.add_argument("remote", nargs="?", help="where on the instance (default: ~/<name of LOCAL>)")
+    s.add_argument("--checksum", action="store_true", help="compare SHA-256, not size and time")
+    s.add_argument("--json", action="store_true", help="print a JSON summary")
+    s.set_defaults(handler=cmd_push)
+
+    s = sub.add_parser("pull", help="bring files home from an instance (only what changed)")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("remote", help="a file or folder on the instance (relative to its home)")
+    s.add_argument("local", nargs="?", help="where here (default: ./<name of REMOTE>)")
+    s.add_argument("--checksum", action="store_true", help="compare SHA-256, not size and time")
+    s.add_argument("--json", action="store_true", help="print a JSON summary")
+    s.set_defaults(handler=cmd_pull)
+
+    s = sub.add_parser("jobs", help="a queue of runs on an instance: add, list, log, cancel")
+    s.add_argument("name", help="instance name or id")
+    s.add_argument("--json", action="store_true", help="print the runs as JSON")
+    s.set_defaults(handler=cmd_jobs, action=None)
+    acts = s.add_subparsers(dest="action", metavar="ACTION")
+    a = acts.add_parser("add", help="queue a run (prints its id)")
+    a.add_argument("--name", dest="name_label", help="a label for the run")
+    a.add_argument("--cwd", help="folder on the instance (default: its home)")
+    a.add_argument("--gpus", help="GPU indices, e.g. 0,1 (default: all; runs on other GPUs "
+                   "run side by side)")
+    a.add_argument("--retries", type=int, default=0, help="rerun a failed run this many times")
+    a.add_argument("--file", help="queue one run per line of this file (a sweep)")
+    a.add_argument("--json", action="store_true", help="print the ids as JSON")
+    a.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command")
+    a = acts.add_parser("log", help="a run's log")
+    a.add_argument("job", help="job id")
+    a.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
+    a.add_argument("--lines", type=int, default=200, help="how many last lines (default 200)")
+    a = acts.add_parser("cancel", help="drop a queued run, or stop a running one")
+    a.add_argument("job", help="job id")
+    a = acts.add_parser("retry", help="queue a finished run again")
+    a.add_argument("job", help="job id")
+    a = acts.add_parser("when-done", help="what happens when the queue ends")
+    a.add_argument("policy", choices=POLICIES)
+    a.add_argument("--pull", metavar="REMOTE", help="bring this home first (inside the home)")
+    a.add_argument("--to", metavar="LOCAL", help="where to (default: ./<name of REMOTE>)")
+    a.add_argument("--grace", default="10m",
+                   help="with no gputui running, power off this long after the end (default 10m)")
+    a.add_argument("--json", action="store_true", help="print the policy as JSON")
+
+    s = sub.add_parser("run", help="sync, run a command with its output, pull, then release")
+    s.add_argument("name", nargs="?", help="instance name or id (or --gpu to rent one)")
+    s.add_argument("--sync", metavar="DIR", help="push this folder first; the run starts in it")
+    s.add_argument("--pull", metavar="REMOTE", help="bring this home afterwards")
+    s.add_argument("--to", metavar="LOCAL", help="where to (default: ./<name of REMOTE>)")
+    s.add_argument("--then", choices=POLICIES,
+                   help="afterwards (default: keep; release for an instance rented with --gpu)")
+    s.add_argument("--gpus", help="GPU indices for the run, e.g. 0,1")
+    s.add_argument("--cwd", help="folder on the instance to run in")
+    s.add_argument("--label", help="a label for the run (in the ledger)")
+    s.add_argument("--gpu", help="rent a new instance with this GPU for the run")
+    s.add_argument("--provider", default="sandbox", help="with --gpu: provider (default sandbox)")
+    s.add_argument("--release-after", metavar="DURATION", help="with --gpu: its release timer")
+    s.add_argument("--instance-name", help="with --gpu: the new instance's name")
+    s.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command")
+    s.set_defaults(handler=cmd_run)
+
+
+__all__ = ["BadInput", "register"]

@@ -1,0 +1,649 @@
+"""Jobs: a queue of runs on the instance, its results brought home, and a release when it is done.
+
+The queue itself lives on the instance: a small runner (`jobs_runner.py`, standard library only)
+written to `~/.gputui/jobs/runner.py` at first use and started detached from the SSH session, so
+runs go on when the link drops or no gputui is running. This module is its client: it queues
+runs, reads the queue, follows logs, cancels and retries over the instance's one link.
+
+When the queue ends, the when-done policy (kept here, in `<state>/jobs/<instance id>.json`, and
+on the instance for its power-off) is carried out by whichever gputui sees it first — the
+console's clock, `gputui reap`, `gputui run`: results named by `--pull` come home first, then
+the instance is released or stopped. No automatic release goes ahead while results that were
+asked for are not home: the instance is kept and the alarm raised instead.
+
+Each finished run's cost (the instance's rate, times its share of the GPUs, over the run's time)
+goes in the store's per-run costs, labelled with the run's name: a breakdown of the instance's
+cost, never added to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from gputui.errors import BadInput, NotFound
+from gputui.models import Instance, InstanceStatus, as_utc, money, utcnow
+from gputui.services.hub import ServiceError, Services
+
+RUNNER_DIR = ".gputui/jobs"
+RUNNER_FILE = f"{RUNNER_DIR}/runner.py"
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "lost")
+FINAL = ("succeeded", "failed", "cancelled", "lost")
+Policy = Literal["release", "stop", "keep"]
+DEFAULT_GRACE_S = 600.0
+CHECK_EVERY_S = 10.0  # the console's clock looks at a finished queue this often
+ALARM_EVERY_S = 600.0
+
+_RUNNER_SOURCE: str | None = None
+
+
+def runner_source() -> str:
+    global _RUNNER_SOURCE
+    if _RUNNER_SOURCE is None:
+        _RUNNER_SOURCE = (Path(__file__).with_name("jobs_runner.py")).read_text(encoding="utf-8")
+    return _RUNNER_SOURCE
+
+
+class JobError(ServiceError):
+    """A jobs operation failed; one line."""
+
+
+class UnknownJob(NotFound):
+    """No such job on the instance."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    command: str
+    name: str | None = None
+    cwd: str | None = None
+    gpus: tuple[int, ...] | None = None
+    retries: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"command": self.command, "name": self.name, "cwd": self.cwd,
+                "gpus": list(self.gpus) if self.gpus is not None else None,
+                "retries": self.retries}
+
+
+def parse_gpus(text: str | None, gpu_count: int | None = None) -> tuple[int, ...] | None:
+    """`0,1` -> (0, 1); None/'' -> None (every GPU). Bad input says so in one line."""
+    if text is None or not text.strip():
+        return None
+    try:
+        gpus = tuple(sorted({int(p) for p in text.split(",") if p.strip()}))
+    except ValueError:
+        raise BadInput(f"--gpus: {text!r} is not a list of GPU indices like 0,1") from None
+    if not gpus or any(g < 0 for g in gpus):
+        raise BadInput(f"--gpus: {text!r} is not a list of GPU indices like 0,1")
+    if gpu_count is not None and gpus[-1] >= gpu_count:
+        raise BadInput(f"--gpus: the instance has GPUs 0-{gpu_count - 1}, not {gpus[-1]}")
+    return gpus
+
+
+def read_runs_file(path: Path) -> list[str]:
+    """One command a line; blank lines and `#` comments skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"--file: {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"--file: {path}: cannot read it ({exc})") from None
+    lines = [ln.strip() for ln in text.splitlines()]
+    commands = [ln for ln in lines if ln and not ln.startswith("#")]
+    if not commands:
+        raise BadInput(f"--file: {path}: no commands in it")
+    return commands
+
+
+def _time(text: Any) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(str(text)))
+    except ValueError:
+        return None
+
+
+@dataclass
+class Job:
+    id: str
+    name: str
+    command: str
+    status: str
+    cwd: str | None = None
+    gpus: tuple[int, ...] | None = None
+    retries: int = 0
+    attempt: int = 1
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    gpu_util_avg: float | None = None
+    gpu_mem_max_mib: float | None = None
+    log: str = ""
+    error: str | None = None
+    cost: Decimal | None = None
+    currency: str = "USD"
+
+    def seconds(self, now: datetime | None = None) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.ended_at if self.status != "running" else None
+        end = end or as_utc(now or utcnow())
+        return max(0.0, (end - self.started_at).total_seconds())
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL
+
+    def as_dict(self, now: datetime | None = None) -> dict[str, Any]:
+        secs = self.seconds(now)
+        return {
+            "id": self.id, "name": self.name, "command": self.command, "status": self.status,
+            "exit_code": self.exit_code,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "ended_at": self.ended_at.isoformat() if self.ended_at and self.final else None,
+            "seconds": round(secs, 1) if secs is not None else None,
+            "gpu_util_avg": self.gpu_util_avg, "gpu_mem_max_mib": self.gpu_mem_max_mib,
+            "cost": str(self.cost) if self.cost is not None else None,
+            "currency": self.currency, "log": self.log,
+            "gpus": list(self.gpus) if self.gpus is not None else None,
+            "attempt": self.attempt, "retries": self.retries, "cwd": self.cwd,
+        }
+
+
+@dataclass
+class QueueView:
+    instance_id: str
+    jobs: list[Job] = field(default_factory=list)
+    daemon: bool = False
+    ended_at: datetime | None = None
+    poweroff_at: datetime | None = None
+    poweroff_in_s: float | None = None
+    remote_policy: dict[str, Any] | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(j.status in ("queued", "running") for j in self.jobs)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.jobs) and not self.active
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for j in self.jobs:
+            out[j.status] = out.get(j.status, 0) + 1
+        return out
+
+    def get(self, job_id: str) -> Job:
+        for j in self.jobs:
+            if j.id == job_id:
+                return j
+        raise UnknownJob(f"no job {job_id} on this instance (ids: "
+                         f"{', '.join(j.id for j in self.jobs) or 'none yet'})")
+
+
+# -- the local when-done record --------------------------------------------------------------
+@dataclass
+class WhenDone:
+    policy: Policy
+    pulls: list[dict[str, str]] = field(default_factory=list)  # {"remote", "local"}
+    grace_s: float = DEFAULT_GRACE_S
+    set_at: str = ""
+    pulled_at: str | None = None
+    done_at: str | None = None
+    outcome: str | None = None
+
+    @property
+    def pending_pull(self) -> bool:
+        return bool(self.pulls) and self.pulled_at is None
+
+
+def _policy_path(services: Services, instance_id: str) -> Path:
+    return services.state_dir / "jobs" / f"{instance_id}.json"
+
+
+def load_when_done(services: Services, instance_id: str) -> WhenDone | None:
+    path = _policy_path(services, instance_id)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return WhenDone(**{k: data.get(k) for k in WhenDone.__dataclass_fields__ if k in data})
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as exc:
+        raise JobError(f"{path}: unreadable when-done record: {exc}") from None
+
+
+def save_when_done(services: Services, instance_id: str, rec: WhenDone) -> None:
+    from gputui.config import write_private
+
+    write_private(_policy_path(services, instance_id),
+                  json.dumps(rec.__dict__, indent=1).encode())
+
+
+def run_cost(inst: Instance, job: Job) -> Decimal | None:
+    """The instance's rate, times the run's share of its GPUs, over the run's time."""
+    secs = job.seconds()
+    if secs is None:
+        return None
+    share = Decimal(1)
+    if job.gpus is not None and inst.gpu_count:
+        share = min(Decimal(1), Decimal(len(job.gpus)) / Decimal(inst.gpu_count))
+    return money(inst.billing.price_per_hour * share * Decimal(str(round(secs, 3))) / Decimal(3600))
+
+
+# -- the service ------------------------------------------------------------------------------
+_installed: dict[int, set[str]] = {}  # per links-pool id: instances whose runner is current
+_last_check: dict[str, float] = {}
+_last_alarm: dict[str, float] = {}
+
+
+class JobService:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.store = services.store
+
+    # -- the runner ------------------------------------------------------------------------
+    async def _link(self, inst: Instance) -> Any:
+        if not inst.status.live or inst.status == InstanceStatus.STOPPED:
+            raise JobError(f"{inst.name} is {inst.status.value}: its queue cannot be reached")
+        return await self.services.link(inst)
+
+    async def _runner(self, inst: Instance, args: str, *, input: str | None = None,
+                      timeout: float = 60.0) -> Any:
+        from gputui.remote.ssh import SSHLayerError
+
+        link = await self._link(inst)
+        installed = _installed.setdefault(id(self.services.links), set())
+        try:
+            if inst.id not in installed:
+                await self._install(link)
+                installed.add(inst.id)
+            return await link.run(
+                'PY=$(command -v python3 || command -v python) || '
+                '{ echo "no python3 on the instance" >&2; exit 127; }; '
+                f'exec "$PY" "$HOME/{RUNNER_FILE}" {args}', input=input, timeout=timeout)
+        except SSHLayerError as exc:
+            raise JobError(f"{inst.name}: {exc}") from None
+
+    async def _install(self, link: Any) -> None:
+        result = await link.run(
+            f'mkdir -p "$HOME/{RUNNER_DIR}" && chmod 700 "$HOME/{RUNNER_DIR}" && '
+            f'cat > "$HOME/{RUNNER_FILE}.tmp" && mv "$HOME/{RUNNER_FILE}.tmp" "$HOME/{RUNNER_FILE}"',
+            input=runner_source(), timeout=60)
+        if result.exit_status != 0:
+            raise JobError(f"cannot write the runner to the instance: {_last(result)}")
+
+    async def _json(self, inst: Instance, args: str, *, input: str | None = None) -> Any:
+        result = await self._runner(inst, args, input=input)
+        if result.exit_status == 4:
+            raise UnknownJob(f"{inst.name}: {_last(result)}")
+        if result.exit_status == 3:
+            raise BadInput(f"{inst.name}: {_last(result)}")
+        if result.exit_status != 0:
+            raise JobError(f"{inst.name}: the queue runner failed: {_last(result)}")
+        try:
+            return json.loads(result.stdout)
+        except ValueError:
+            raise JobError(f"{inst.name}: the queue runner said something unreadable") from None
+
+    # -- queue ------------------------------------------------------------------------------
+    async def add(self, inst: Instance, specs: list[JobSpec]) -> list[str]:
+        if not specs:
+            raise BadInput("nothing to queue")
+        for spec in specs:
+            if not spec.command.strip():
+                raise BadInput("an empty command cannot be queued")
+            parse_gpus(",".join(map(str, spec.gpus)) if spec.gpus else None, inst.gpu_count)
+        out = await self._json(inst, "add", input=json.dumps([s.as_json() for s in specs]))
+        rec = load_when_done(self.services, inst.id)
+        if rec is not None and (rec.pulled_at or rec.done_at):
+            rec.pulled_at = rec.done_at = rec.outcome = None  # new results are coming
+            save_when_done(self.services, inst.id, rec)
+        if out.get("poweroff_cancelled"):
+            # the runner cancelled the power-off it had scheduled: the lease's own comes back
+            from gputui.services.leases import LeaseService
+
+            await LeaseService(self.services).arm(inst)
+        return [str(i) for i in out.get("ids", [])]
+
+    async def view(self, inst: Instance) -> QueueView:
+        data = await self._json(inst, "list")
+        view = QueueView(inst.id, daemon=bool(data.get("daemon")),
+                         remote_policy=data.get("when_done"))
+        end = data.get("queue_end") or None
+        if end:
+            view.ended_at = _time(end.get("ended_at"))
+            view.poweroff_at = _time(end.get("poweroff_at"))
+            view.poweroff_in_s = end.get("poweroff_in_s")
+        for r in data.get("runs", []):
+            status = str(r.get("status") or "queued")
+            if status not in STATUSES:
+                status = "lost"
+            gpus = r.get("gpus")
+            job = Job(
+                id=str(r.get("id")), name=str(r.get("name") or ""), command=str(r.get("command") or ""),
+                status=status, cwd=r.get("cwd") or None,
+                gpus=tuple(int(g) for g in gpus) if isinstance(gpus, list) else None,
+                retries=int(r.get("retries") or 0), attempt=int(r.get("attempt") or 1),
+                exit_code=r.get("exit_code") if isinstance(r.get("exit_code"), int) else None,
+                started_at=_time(r.get("started_at")), ended_at=_time(r.get("ended_at")),
+                gpu_util_avg=_num(r.get("gpu_util_avg")), gpu_mem_max_mib=_num(r.get("gpu_mem_max_mib")),
+                log=str(r.get("log") or ""), error=r.get("error"),
+                currency=inst.billing.currency,
+            )
+            job.cost = run_cost(inst, job)
+            view.jobs.append(job)
+        await asyncio.to_thread(self._record_costs, inst, view)
+        return view
+
+    def _record_costs(self, inst: Instance, view: QueueView) -> None:
+        for job in view.jobs:
+            if not job.final or job.started_at is None or job.cost is None:
+                continue
+            ended = job.ended_at or job.started_at
+            self.store.record_run_cost_sync(inst.id, job.id, {
+                "instance_id": inst.id, "instance": inst.name, "job_id": job.id,
+                "label": job.name, "command": job.command, "status": job.status,
+                "exit_code": job.exit_code, "gpu": inst.gpu, "gpus": list(job.gpus) if job.gpus else None,
+                "gpu_count": inst.gpu_count, "started_at": job.started_at.isoformat(),
+                "ended_at": ended.isoformat(), "seconds": round(job.seconds() or 0, 1),
+                "rate_per_hour": str(inst.billing.price_per_hour), "cost": str(job.cost),
+                "currency": inst.billing.currency,
+            }, ended.timestamp())
+
+    async def cancel(self, inst: Instance, job_id: str) -> str:
+        out = await self._json(inst, f"cancel {shlex.quote(_job_id(job_id))}")
+        return str(out.get("was"))
+
+    async def retry(self, inst: Instance, job_id: str) -> str:
+        out = await self._json(inst, f"retry {shlex.quote(_job_id(job_id))}")
+        return str(out.get("ids", ["?"])[0])
+
+    async def log_tail(self, inst: Instance, job_id: str, lines: int = 200) -> list[str]:
+        job_id = _job_id(job_id)
+        result = await self._runner(
+            inst, f"list >/dev/null && tail -n {int(lines)} "
+            f'"$HOME/{RUNNER_DIR}/runs/{job_id}/log"')
+        if result.exit_status != 0:
+            if "No such file" in result.stderr:
+                raise UnknownJob(f"{inst.name}: no job {job_id}")
+            raise JobError(f"{inst.name}: cannot read the log of job {job_id}: {_last(result)}")
+        return [clean_line(line) for line in result.stdout.splitlines()]
+
+    async def follow(self, inst: Instance, job_id: str, on_line: Callable[[str], None]) -> None:
+        """Every line of the run's log until the run ends; a dropped link is waited out and the
+        log continues where it was."""
+        from gputui.remote.ssh import CommandFailed, LinkDown, SSHLayerError
+
+        job_id = _job_id(job_id)
+        seen = 0
+        while True:
+            link = await self._link(inst)
+            await self._runner(inst, "version")  # the runner is there
+            cmd = ('PY=$(command -v python3 || command -v python); '
+                   f'exec "$PY" "$HOME/{RUNNER_FILE}" follow {job_id} {seen}')
+            try:
+                async with link.stream_lines(cmd, restart=False) as lines:
+                    async for line in lines:
+                        seen += 1
+                        on_line(clean_line(line))
+                return
+            except CommandFailed as exc:
+                if exc.exit_status == 4:
+                    raise UnknownJob(f"{inst.name}: no job {job_id}") from None
+                raise JobError(f"{inst.name}: {exc}") from None
+            except LinkDown:
+                await asyncio.sleep(0.5)
+                continue
+            except SSHLayerError as exc:
+                raise JobError(f"{inst.name}: {exc}") from None
+
+    async def wait(self, inst: Instance, job_ids: list[str] | None = None, *,
+                   every: float = 1.0, on_view: Callable[[QueueView], None] | None = None,
+                   ) -> QueueView:
+        """Until the given runs (default: the whole queue) have ended; a dropped link is waited
+        out (the queue goes on without us)."""
+        while True:
+            try:
+                view = await self.view(inst)
+            except JobError:
+                await asyncio.sleep(every)
+                continue
+            if on_view is not None:
+                on_view(view)
+            wanted = [j for j in view.jobs if job_ids is None or j.id in job_ids]
+            if wanted and all(j.final for j in wanted) and (job_ids is not None or not view.active):
+                return view
+            await asyncio.sleep(every)
+
+    # -- when done ----------------------------------------------------------------------------
+    async def set_when_done(self, inst: Instance, policy: Policy, *,
+                            pulls: list[tuple[str, str]] | None = None,
+                            grace_s: float = DEFAULT_GRACE_S) -> WhenDone:
+        from gputui.remote.transfer import remote_home, remote_relpath
+
+        provider = self.services.provider(inst.provider)
+        caps = provider.capabilities
+        if policy == "stop" and not (caps.stop_start or caps.power_off_stops_billing):
+            raise BadInput(f"{inst.name}: {inst.provider} cannot stop an instance and keep its "
+                           "disk; choose release or keep")
+        pulls = list(pulls or [])
+        if pulls:
+            if inst.ssh is None:
+                raise BadInput(f"{inst.name}: no SSH endpoint, so no way to pull results")
+            link = await self._link(inst)
+            from gputui.remote.ssh import SSHLayerError
+
+            try:
+                home = await remote_home(link)
+            except SSHLayerError as exc:
+                raise JobError(f"{inst.name}: {exc}") from None
+            for remote, _local in pulls:
+                remote_relpath(remote, home, inside_home=True)  # outside the home: bad input
+        elif policy == "release" and caps.power_off_stops_billing is False and inst.ssh is None:
+            raise BadInput(f"{inst.name}: no SSH endpoint, so no way to tell when the queue ends")
+        rec = WhenDone(policy=policy, pulls=[{"remote": r, "local": str(loc)} for r, loc in pulls],
+                       grace_s=grace_s, set_at=utcnow().isoformat())
+        lease = await self.store.get_lease(inst.id)
+        remote = {"policy": policy, "grace_s": grace_s,
+                  "poweroff": bool(caps.power_off_stops_billing) and policy != "keep",
+                  "release_at": lease.release_at.isoformat() if lease and lease.release_at else None}
+        await self._json(inst, "when-done", input=json.dumps(remote))
+        save_when_done(self.services, inst.id, rec)
+        return rec
+
+    def when_done(self, inst: Instance) -> WhenDone | None:
+        return load_when_done(self.services, inst.id)
+
+    async def pull_results(self, inst: Instance, rec: WhenDone, *,
+                           progress: Callable[[Any], None] | None = None) -> list[Any]:
+        from gputui.remote.ssh import SSHLayerError
+        from gputui.remote.transfer import TransferError, pull
+
+        link = await self._link(inst)
+        done = []
+        for item in rec.pulls:
+            try:
+                done.append(await pull(link, item["remote"], Path(item["local"]),
+                                       progress=progress, inside_home=True))
+            except (TransferError, SSHLayerError) as exc:
+                raise JobError(f"{inst.name}: pulling {item['remote']}: {exc}") from None
+        return done
+
+    async def finish(self, inst: Instance, *, force: bool = False) -> str | None:
+        """Carry out the when-done policy if the queue has ended: pull, then release or stop.
+        Returns what was done ("released", "stopped", "pulled", "kept") or None (not yet)."""
+        rec = load_when_done(self.services, inst.id)
+        if rec is None or rec.done_at is not None:
+            return None
+        now = time.monotonic()
+        if not force and now - _last_check.get(inst.id, -1e9) < CHECK_EVERY_S:
+            return None
+        _last_check[inst.id] = now
+        inst = await self.store.get_instance(inst.id) or inst
+        if not inst.status.live:
+            return None
+        if inst.status == InstanceStatus.STOPPED:
+            if rec.pending_pull:
+                self._alarm(inst, f"{inst.name} powered itself off after its queue; the results "
+                            f"asked for ({_pulls(rec)}) are not home yet, so it is kept — start it "
+                            "and run `gputui jobs "
+                            f"{inst.name} when-done {rec.policy} --pull ...` again")
+                return "kept"
+            outcome = await self._complete(inst, rec)
+            return outcome
+        if inst.status != InstanceStatus.RUNNING:
+            return None
+        try:
+            view = await self.view(inst)
+        except (JobError, BadInput):
+            return None
+        if not view.finished:
+            return None
+        return await self._complete(inst, rec)
+
+    async def _complete(self, inst: Instance, rec: WhenDone) -> str:
+        if rec.pending_pull:
+            try:
+                await self.pull_results(inst, rec)
+            except (JobError, BadInput) as exc:
+                self._alarm(inst, f"{inst.name}: its queue ended but the results could not be "
+                            f"pulled ({exc}); it is kept, not {rec.policy}d")
+                return "kept"
+            rec.pulled_at = utcnow().isoformat()
+            save_when_done(self.services, inst.id, rec)
+        outcome = "pulled" if rec.pulls else "kept"
+        if rec.policy == "release":
+            await self.services.release(inst, "done")
+            outcome = "released"
+        elif rec.policy == "stop" and inst.status == InstanceStatus.RUNNING:
+            await self._stop(inst)
+            outcome = "stopped"
+        elif rec.policy == "stop":
+            outcome = "stopped"
+        rec.done_at = utcnow().isoformat()
+        rec.outcome = outcome
+        save_when_done(self.services, inst.id, rec)
+        self.store.notify(f"{inst.name}: queue done — {outcome}"
+                          + (f", results in {_locals(rec)}" if rec.pulls else ""),
+                          "information", bell=True, instance_id=inst.id)
+        return outcome
+
+    async def _stop(self, inst: Instance) -> None:
+        provider = self.services.provider(inst.provider)
+        stop = getattr(provider, "stop", None)
+        if provider.capabilities.stop_start and stop is not None:
+            await stop(inst)
+        else:
+            result = await self.services.run(inst, "shutdown -h now", timeout=30)
+            if result.exit_status != 0:
+                raise JobError(f"{inst.name}: power-off failed: {_last(result)}")
+        with contextlib.suppress(ServiceError):
+            await self.services.refresh(inst)
+
+    async def results_safe(self, inst: Instance) -> bool:
+        """Before an automatic release (timer, idle, budget): True when no result asked for is
+        left on the instance — pulling it now if it can; False (kept, alarm) when it cannot."""
+        rec = load_when_done(self.services, inst.id)
+        if rec is None or not rec.pending_pull:
+            return True
+        now = time.monotonic()
+        if now - _last_check.get(f"safe:{inst.id}", -1e9) < CHECK_EVERY_S:
+            return False
+        _last_check[f"safe:{inst.id}"] = now
+        if inst.status == InstanceStatus.RUNNING:
+            try:
+                await self.pull_results(inst, rec)
+                rec.pulled_at = utcnow().isoformat()
+                save_when_done(self.services, inst.id, rec)
+                return True
+            except (JobError, BadInput, ServiceError) as exc:
+                why = str(exc)
+        else:
+            why = f"it is {inst.status.value}"
+        self._alarm(inst, f"{inst.name}: due for release but the results asked for "
+                    f"({_pulls(rec)}) are not home ({why}); kept — pull them, or release it by "
+                    "hand")
+        return False
+
+    def _alarm(self, inst: Instance, text: str) -> None:
+        now = time.monotonic()
+        if now - _last_alarm.get(inst.id, -1e9) < ALARM_EVERY_S:
+            return
+        _last_alarm[inst.id] = now
+        self.store.notify(text, "error", bell=True, instance_id=inst.id)
+
+
+# -- hooks for the lease clock (leases.py) ------------------------------------------------------
+async def on_tick(services: Services, inst: Instance) -> bool:
+    """The clock's look at an instance's queue: True when its when-done policy ended it."""
+    if not _policy_path(services, inst.id).exists():
+        return False
+    try:
+        outcome = await JobService(services).finish(inst)
+    except (JobError, BadInput) as exc:
+        services.store.notify(f"{inst.name}: when-done: {exc}", "warning", instance_id=inst.id)
+        return False
+    return outcome in ("released",)
+
+
+async def release_allowed(services: Services, inst: Instance) -> bool:
+    """Whether an automatic release may go ahead (no unpulled results asked for)."""
+    if not _policy_path(services, inst.id).exists():
+        return True
+    return await JobService(services).results_safe(inst)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def clean_line(line: str) -> str:
+    """A log line fit for a terminal: the last carriage-return segment, no escapes."""
+    from gputui.nvidia.nvsmi import sanitize
+
+    if "\r" in line:
+        parts = [p for p in line.split("\r") if p.strip()]
+        line = parts[-1] if parts else ""
+    return sanitize(line, limit=4000)
+
+
+def _job_id(text: str) -> str:
+    text = str(text).strip()
+    if not text.isdigit():
+        raise UnknownJob(f"{text!r} is not a job id (ids are numbers: 1, 2, ...)")
+    return str(int(text))
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _last(result: Any) -> str:
+    from gputui.nvidia.nvsmi import sanitize
+
+    lines = (result.stderr or result.stdout or "").strip().splitlines()
+    return sanitize(lines[-1], 300) if lines else f"exit {result.exit_status}"
+
+
+def _pulls(rec: WhenDone) -> str:
+    return ", ".join(p["remote"] for p in rec.pulls)
+
+
+def _locals(rec: WhenDone) -> str:
+    return ", ".join(p["local"] for p in rec.pulls)
+
+
+__all__ = ["FINAL", "Job", "JobError", "JobService", "JobSpec", "QueueView", "UnknownJob",
+           "WhenDone", "on_tick", "parse_gpus", "read_runs_file", "release_allowed", "run_cost"]
