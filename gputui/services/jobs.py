@@ -372,11 +372,9 @@ class JobService:
 
     async def log_tail(self, inst: Instance, job_id: str, lines: int = 200) -> list[str]:
         job_id = _job_id(job_id)
-        result = await self._runner(
-            inst, f"list >/dev/null && tail -n {int(lines)} "
-            f'"$HOME/{RUNNER_DIR}/runs/{job_id}/log"')
+        result = await self._runner(inst, f"tail {job_id} {int(lines)}")
         if result.exit_status != 0:
-            if "No such file" in result.stderr:
+            if result.exit_status == 4:
                 raise UnknownJob(f"{inst.name}: no job {job_id}")
             raise JobError(f"{inst.name}: cannot read the log of job {job_id}: {_last(result)}")
         return [clean_line(line) for line in result.stdout.splitlines()]
@@ -394,8 +392,16 @@ class JobService:
             cmd = ('PY=$(command -v python3 || command -v python); '
                    f'exec "$PY" "$HOME/{RUNNER_FILE}" follow {job_id} {seen}')
             try:
+                held = 0  # empty lines: the stream ends with one that is not in the log
                 async with link.stream_lines(cmd, restart=False) as lines:
                     async for line in lines:
+                        if not line:
+                            held += 1
+                            continue
+                        for _ in range(held):
+                            seen += 1
+                            on_line("")
+                        held = 0
                         seen += 1
                         on_line(clean_line(line))
                 return

@@ -11,6 +11,7 @@ session, no terminal), so the queue goes on when the link drops or the laptop sl
     runner.py retry ID       queue a finished run again (a new id)
     runner.py when-done      the policy as JSON on stdin
     runner.py follow ID [N]  the run's log from line N, until the run ends
+    runner.py tail ID [N]    the run's last N lines
     runner.py ensure         start the daemon unless it runs
     runner.py daemon         the loop (one at a time, by a lock)
 
@@ -293,6 +294,23 @@ def cmd_when_done():
     return 0
 
 
+def cmd_tail(job_id, n):
+    run = load(job_id) if job_id.isdigit() else None
+    if run is None:
+        sys.stderr.write("no job %s\n" % job_id)
+        return 4
+    with open(run["log"], "rb") as fh:
+        fh.seek(0, 2)
+        size = fh.tell()
+        fh.seek(max(0, size - 1024 * 1024))
+        lines = fh.read().split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for line in lines[-n:] if n > 0 else []:
+        sys.stdout.buffer.write(line + b"\n")
+    return 0
+
+
 def cmd_follow(job_id, skip=0):
     run = load(job_id) if job_id.isdigit() else None
     if run is None:
@@ -301,6 +319,7 @@ def cmd_follow(job_id, skip=0):
     path = run["log"]
     line_no = 0
     pending = b""
+    final = False
     with open(path, "rb") as fh:
         while True:
             chunk = fh.read(65536)
@@ -313,13 +332,12 @@ def cmd_follow(job_id, skip=0):
                         sys.stdout.buffer.write(line + b"\n")
                 sys.stdout.flush()
                 continue
-            state = load(job_id) or {}
-            if state.get("status") in FINAL:
-                rest = fh.read()
-                if rest:
-                    pending += rest
-                    continue
-                if pending:
+            if not final:
+                final = (load(job_id) or {}).get("status") in FINAL
+                if final:
+                    continue  # read what was written before it ended
+            else:
+                if pending and line_no + 1 > skip:
                     sys.stdout.buffer.write(pending + b"\n")
                 sys.stdout.flush()
                 return 0
@@ -581,6 +599,8 @@ def main(argv):
         return cmd_retry(rest[0])
     if cmd == "when-done":
         return cmd_when_done()
+    if cmd == "tail" and rest:
+        return cmd_tail(rest[0], int(rest[1]) if len(rest) > 1 else 200)
     if cmd == "follow" and rest:
         return cmd_follow(rest[0], int(rest[1]) if len(rest) > 1 else 0)
     if cmd == "ensure":
