@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from decimal import Decimal
 
 from gputui.cli.output import (
     open_store,
@@ -20,6 +21,8 @@ def cmd_costs(args: argparse.Namespace) -> int:
     store = open_store()
     refresh_quietly(args, store)
     instances, ledger = store.instances_sync(), store.ledger_sync()
+    if args.runs:
+        return _runs(store, args)
     rows = export_rows(ledger, instances)
     if args.csv:
         sys.stdout.write(to_csv(rows))
@@ -49,6 +52,30 @@ def cmd_costs(args: argparse.Namespace) -> int:
         state = "running" if row["running"] else row["end_reason"]
         print(f"  {row['name'][:20]:<20} {row['gpu_count']}× {row['gpu'][:22]:<22} "
               f"{state:<8} {row['total']:>10} {row['currency']}")
+    if store.run_costs_sync():
+        print("runs (queued with `gputui jobs`; part of the costs above): gputui costs --runs")
+    return 0
+
+
+def _runs(store, args: argparse.Namespace) -> int:
+    """Each queued run's cost: its instance's rate (its share of the GPUs) over its time."""
+    from gputui.format import fit_name, format_money
+    from gputui.nvidia.nvsmi import sanitize
+
+    runs = store.run_costs_sync()
+    if args.json:
+        print_json(runs)
+        return 0
+    if not runs:
+        print("No runs yet: queue some with `gputui jobs NAME add -- CMD`.")
+        return 0
+    print(f"{'INSTANCE':<14} {'RUN':<22} {'STATUS':<9} {'EXIT':>4} {'SECONDS':>8} {'COST':>10}")
+    for r in runs:
+        code = "-" if r.get("exit_code") is None else str(r["exit_code"])
+        print(f"{fit_name(sanitize(r['instance'], 40), 14):<14} "
+              f"{fit_name(sanitize(r['label'], 60), 22):<22} {r['status']:<9} {code:>4} "
+              f"{r['seconds']:>8.0f} {format_money(Decimal(r['cost']), r['currency']):>10}")
+    print("(each run's cost is part of its instance's cost, not added to it)")
     return 0
 
 
@@ -58,4 +85,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--csv", action="store_true", help="export every entry (and running ones) as CSV")
     g.add_argument("--json", action="store_true", help="the same as JSON")
+    s.add_argument("--runs", action="store_true",
+                   help="each queued run's cost (gputui jobs), with its label")
     s.set_defaults(handler=cmd_costs)

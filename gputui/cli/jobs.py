@@ -108,6 +108,23 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return run_async(args, lambda services: _transfer(services, args, "pull"))
 
 
+def _command(args: argparse.Namespace, options: argparse.ArgumentParser) -> list[str]:
+    """The command after `--`; options written between NAME and `--` are parsed here (argparse
+    hands everything after the first positional to the command)."""
+    rest = list(args.argv or [])
+    if "--" in rest:
+        i = rest.index("--")
+        opts, command = rest[:i], rest[i + 1:]
+    elif rest and rest[0].startswith("-"):
+        raise CommandError(f"{rest[0]}: put options before the command, and the command after --",
+                           EXIT_BAD_INPUT)
+    else:
+        opts, command = [], rest
+    if opts:
+        options.parse_args(opts, namespace=args)
+    return command
+
+
 # -- the queue --------------------------------------------------------------------------------
 def _fmt_secs(secs: float | None) -> str:
     if secs is None:
@@ -186,9 +203,7 @@ def _specs_from_args(args: argparse.Namespace, inst: Any) -> list[Any]:
     gpus = parse_gpus(args.gpus, inst.gpu_count)
     if args.retries < 0 or args.retries > 100:
         raise CommandError("--retries: 0 to 100", EXIT_BAD_INPUT)
-    command = list(args.argv or [])
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args, args.options_parser)
     if args.file and command:
         raise CommandError("add: give a command or --file, not both", EXIT_BAD_INPUT)
     if args.file:
@@ -289,9 +304,7 @@ _JOB_ACTIONS = {"list": _list, "add": _add, "log": _log, "cancel": _cancel, "ret
 
 # -- run: the whole round -----------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    command = list(args.argv or [])
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args, args.options_parser)
     if args.gpu and args.name is not None:  # `run --gpu X -- CMD`: argparse took CMD's first word
         command, args.name = [args.name, *command], None
     if not command:
@@ -406,7 +419,40 @@ async def _interrupted(services: Any, jobs: Any, inst: Any, job_id: str) -> int:
     return 130
 
 
-# -- the parser -----------------------------------------------------------------------------------
+# -- the parser ---------------------------------------------------------------------------------
+def _options_parser(prog: str) -> argparse.ArgumentParser:
+    from gputui.cli import _Parser
+
+    return _Parser(prog=prog, add_help=False)
+
+
+def _add_options(a: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    a.add_argument("--name", dest="name_label", help="a label for the run")
+    a.add_argument("--cwd", help="folder on the instance (default: its home)")
+    a.add_argument("--gpus", help="GPU indices, e.g. 0,1 (default: all; runs on other GPUs "
+                   "run side by side)")
+    a.add_argument("--retries", type=int, default=0, help="rerun a failed run this many times")
+    a.add_argument("--file", help="queue one run per line of this file (a sweep)")
+    a.add_argument("--json", action="store_true", help="print the ids as JSON")
+    return a
+
+
+def _run_options(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    s.add_argument("--sync", metavar="DIR", help="push this folder first; the run starts in it")
+    s.add_argument("--pull", metavar="REMOTE", help="bring this home afterwards")
+    s.add_argument("--to", metavar="LOCAL", help="where to (default: ./<name of REMOTE>)")
+    s.add_argument("--then", choices=POLICIES,
+                   help="afterwards (default: keep; release for an instance rented with --gpu)")
+    s.add_argument("--gpus", help="GPU indices for the run, e.g. 0,1")
+    s.add_argument("--cwd", help="folder on the instance to run in")
+    s.add_argument("--label", help="a label for the run (in the ledger)")
+    s.add_argument("--gpu", help="rent a new instance with this GPU for the run")
+    s.add_argument("--provider", default="sandbox", help="with --gpu: provider (default sandbox)")
+    s.add_argument("--release-after", metavar="DURATION", help="with --gpu: its release timer")
+    s.add_argument("--instance-name", help="with --gpu: the new instance's name")
+    return s
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("push", help="send files to an instance (only what changed)")
     s.add_argument("name", help="instance name or id")
@@ -430,14 +476,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=cmd_jobs, action=None)
     acts = s.add_subparsers(dest="action", metavar="ACTION")
     a = acts.add_parser("add", help="queue a run (prints its id)")
-    a.add_argument("--name", dest="name_label", help="a label for the run")
-    a.add_argument("--cwd", help="folder on the instance (default: its home)")
-    a.add_argument("--gpus", help="GPU indices, e.g. 0,1 (default: all; runs on other GPUs "
-                   "run side by side)")
-    a.add_argument("--retries", type=int, default=0, help="rerun a failed run this many times")
-    a.add_argument("--file", help="queue one run per line of this file (a sweep)")
-    a.add_argument("--json", action="store_true", help="print the ids as JSON")
+    _add_options(a)
     a.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command")
+    a.set_defaults(options_parser=_add_options(_options_parser("gputui jobs NAME add")))
     a = acts.add_parser("log", help="a run's log")
     a.add_argument("job", help="job id")
     a.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
@@ -456,20 +497,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("run", help="sync, run a command with its output, pull, then release")
     s.add_argument("name", nargs="?", help="instance name or id (or --gpu to rent one)")
-    s.add_argument("--sync", metavar="DIR", help="push this folder first; the run starts in it")
-    s.add_argument("--pull", metavar="REMOTE", help="bring this home afterwards")
-    s.add_argument("--to", metavar="LOCAL", help="where to (default: ./<name of REMOTE>)")
-    s.add_argument("--then", choices=POLICIES,
-                   help="afterwards (default: keep; release for an instance rented with --gpu)")
-    s.add_argument("--gpus", help="GPU indices for the run, e.g. 0,1")
-    s.add_argument("--cwd", help="folder on the instance to run in")
-    s.add_argument("--label", help="a label for the run (in the ledger)")
-    s.add_argument("--gpu", help="rent a new instance with this GPU for the run")
-    s.add_argument("--provider", default="sandbox", help="with --gpu: provider (default sandbox)")
-    s.add_argument("--release-after", metavar="DURATION", help="with --gpu: its release timer")
-    s.add_argument("--instance-name", help="with --gpu: the new instance's name")
+    _run_options(s)
     s.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command")
-    s.set_defaults(handler=cmd_run)
+    s.set_defaults(handler=cmd_run, options_parser=_run_options(_options_parser("gputui run")))
 
 
 __all__ = ["BadInput", "register"]

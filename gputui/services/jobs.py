@@ -592,16 +592,16 @@ class JobService:
 
 
 # -- hooks for the lease clock (leases.py) ------------------------------------------------------
-async def on_tick(services: Services, inst: Instance) -> bool:
-    """The clock's look at an instance's queue: True when its when-done policy ended it."""
+async def on_tick(services: Services, inst: Instance) -> str | None:
+    """The clock's look at an instance's queue: what its when-done policy did, if anything
+    ("released", "stopped", "pulled", "kept" when results could not come home)."""
     if not _policy_path(services, inst.id).exists():
-        return False
+        return None
     try:
-        outcome = await JobService(services).finish(inst)
+        return await JobService(services).finish(inst)
     except (JobError, BadInput) as exc:
         services.store.notify(f"{inst.name}: when-done: {exc}", "warning", instance_id=inst.id)
-        return False
-    return outcome in ("released",)
+        return None
 
 
 async def release_allowed(services: Services, inst: Instance) -> bool:

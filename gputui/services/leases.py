@@ -194,8 +194,11 @@ class LeaseService:
                 if not inst.status.live:
                     continue
             self._warn_wipe(inst, now)
-            if await self._jobs_done(inst):
-                result.released.append(inst.name)
+            done = await self._jobs_done(inst)  # a queue's when-done: pulled, then released
+            if done in ("released", "kept"):
+                (result.released if done == "released" else result.errors).append(
+                    inst.name if done == "released" else
+                    f"{inst.name}: kept: the results its queue was to bring home are not home")
                 continue
             lease = leases.get(inst.id)
             if lease is None or lease.state != LeaseState.ACTIVE:
@@ -232,8 +235,8 @@ class LeaseService:
             result.released += await self.services.sweep_strays()
         return result
 
-    async def _jobs_done(self, inst: Instance) -> bool:
-        """A jobs queue's when-done policy (pull, then release) ended the instance."""
+    async def _jobs_done(self, inst: Instance) -> str | None:
+        """What a jobs queue's when-done policy did ("released", "kept"...), if anything."""
         from gputui.services.jobs import on_tick
 
         return await on_tick(self.services, inst)

@@ -1,0 +1,188 @@
+"""Jobs end to end, as a user and a script see them: separate `gputui` processes over the
+sandbox, the queue running with no gputui process at all, and `gputui reap` finishing it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import GPUTUI, run_gputui_env
+
+
+def gputui(home: Path, *args: str, timeout: float = 120, cwd: Path | None = None,
+           ) -> subprocess.CompletedProcess:
+    return subprocess.run([*GPUTUI, *args], capture_output=True, text=True, cwd=cwd,
+                          env=run_gputui_env(home), timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def create(home: Path, name: str) -> str:
+    out = gputui(home, "create", "--provider", "sandbox", "--gpu", "RTX 4090", "--count", "2",
+                 "--name", name, "--release-after", "2h", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["id"]
+
+
+def wait_for(path: Path, deadline_s: float = 120) -> None:
+    """The queue finishes on its own: nothing of gputui is running while we wait."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if path.exists():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never appeared")
+
+
+def make_project(root: Path) -> None:
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "train.py").write_text(
+        "import os, sys\n"
+        "name = sys.argv[1]\n"
+        "print('training', name, 'on GPUs', os.environ.get('CUDA_VISIBLE_DEVICES', 'all'))\n"
+        "if name == 'bad':\n"
+        "    print('diverged', file=sys.stderr); sys.exit(4)\n"
+        "os.makedirs('results', exist_ok=True)\n"
+        "open(f'results/{name}.txt', 'w').write(f'metrics of {name}\\n')\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "cache").mkdir()
+    (root / "cache" / "big.tmp").write_text("x" * 1000)
+    (root / ".gputuiignore").write_text("cache/\n")
+
+
+def test_push_queue_close_everything_then_reap_pulls_and_releases(gputui_home: Path,
+                                                                     tmp_path: Path):
+    iid = create(gputui_home, "exp")
+    proj = tmp_path / "proj"
+    make_project(proj)
+    push = gputui(gputui_home, "push", "exp", str(proj), "--json")
+    assert push.returncode == 0, push.stderr
+    summary = json.loads(push.stdout)
+    assert summary["files"] == 2 and summary["ignored"] == 2 and summary["skipped"] == 0
+    root = gputui_home / "sandbox" / "instances" / iid
+    assert (root / "proj" / "src" / "train.py").exists() and not (root / "proj" / ".git").exists()
+
+    runs = tmp_path / "runs.txt"
+    runs.write_text("# a sweep\npython3 src/train.py good\npython3 src/train.py bad\n\n"
+                    "python3 src/train.py best\n")
+    add = gputui(gputui_home, "jobs", "exp", "add", "--file", str(runs), "--cwd", "proj",
+                 "--name", "sweep", "--gpus", "1")
+    assert add.returncode == 0, add.stderr
+    assert add.stdout.split() == ["1", "2", "3"]
+    results = tmp_path / "home-results"
+    wd = gputui(gputui_home, "jobs", "exp", "when-done", "release", "--pull", "proj/results",
+                "--to", str(results))
+    assert wd.returncode == 0, wd.stderr
+    assert "released" in wd.stdout
+
+    # every gputui process has ended; the queue goes on by itself on the instance
+    wait_for(root / ".gputui" / "jobs" / "queue_end.json")
+
+    listed = gputui(gputui_home, "jobs", "exp", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["name"], r["status"], r["exit_code"]) for r in rows] == [
+        ("sweep-1", "succeeded", 0), ("sweep-2", "failed", 4), ("sweep-3", "succeeded", 0)]
+    for r in rows:
+        assert r["seconds"] is not None and r["cost"] is not None and r["currency"] == "USD"
+        assert set(r) >= {"id", "name", "command", "status", "exit_code", "started_at",
+                          "ended_at", "seconds", "gpu_util_avg", "gpu_mem_max_mib", "cost", "log"}
+    log = gputui(gputui_home, "jobs", "exp", "log", "2")
+    assert log.stdout.splitlines() == ["training bad on GPUs 1", "diverged"]
+    table = gputui(gputui_home, "jobs", "exp")
+    assert "queue ended" in table.stdout and "2 succeeded" in table.stdout and "1 failed" in table.stdout
+
+    reap = gputui(gputui_home, "reap", "--json")
+    assert reap.returncode == 0, reap.stderr
+    assert json.loads(reap.stdout)["released"] == ["exp"]
+    assert (results / "good.txt").read_text() == "metrics of good\n"
+    assert (results / "best.txt").read_text() == "metrics of best\n"
+    assert not (results / "bad.txt").exists()
+    assert not root.exists()  # released: the instance and its disk are gone
+    [inst] = json.loads(gputui(gputui_home, "instances", "--all", "--json").stdout)
+    assert inst["status"] == "released"
+    ledger = json.loads(gputui(gputui_home, "costs", "--json").stdout)
+    assert [row["end_reason"] for row in ledger] == ["done"]
+    costs = json.loads(gputui(gputui_home, "costs", "--runs", "--json").stdout)
+    assert [(c["label"], c["status"], c["exit_code"]) for c in costs] == [
+        ("sweep-1", "succeeded", 0), ("sweep-2", "failed", 4), ("sweep-3", "succeeded", 0)]
+    for c, r in zip(costs, rows, strict=True):
+        assert c["cost"] == r["cost"] and c["currency"] == "USD" and c["instance"] == "exp"
+    text = gputui(gputui_home, "costs", "--runs")
+    assert "sweep-2" in text.stdout and "failed" in text.stdout
+    # nothing is released twice
+    again = gputui(gputui_home, "reap", "--json")
+    assert json.loads(again.stdout)["released"] == []
+
+
+def test_powered_off_with_results_not_home_is_kept_not_released(gputui_home: Path,
+                                                                 tmp_path: Path):
+    iid = create(gputui_home, "off")
+    add = gputui(gputui_home, "jobs", "off", "add", "--",
+                 "mkdir -p out && echo done > out/r.txt")
+    assert add.returncode == 0, add.stderr
+    wd = gputui(gputui_home, "jobs", "off", "when-done", "release", "--pull", "out", "--to",
+                str(tmp_path / "out"), "--grace", "0s")
+    assert wd.returncode == 0, wd.stderr
+    root = gputui_home / "sandbox" / "instances" / iid
+    end = root / ".gputui" / "jobs" / "queue_end.json"
+    wait_for(end)
+    for _ in range(100):  # the runner powers the instance off at once (grace 0)
+        if json.loads(end.read_text()).get("poweroff_at"):
+            break
+        time.sleep(0.1)
+    reap = gputui(gputui_home, "reap", "--json")
+    out = json.loads(reap.stdout)
+    assert out["released"] == []
+    [inst] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
+    assert inst["status"] == "stopped"  # billing stopped (power-off), the disk kept
+    assert (root / "out" / "r.txt").read_text() == "done\n"  # the result is not lost
+    assert reap.returncode == 1 and any("not home" in e for e in out["errors"])  # the alarm
+    plain = gputui(gputui_home, "reap")
+    assert "not home" in plain.stderr
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_queued(gputui_home: Path, tmp_path: Path):
+    iid = create(gputui_home, "bad")
+    cases = [
+        ("push", "bad", str(tmp_path / "missing")),
+        ("jobs", "bad", "when-done", "release", "--pull", "/etc", "--to", str(tmp_path / "x")),
+        ("jobs", "bad", "when-done", "release", "--pull", "../up", "--to", str(tmp_path / "x")),
+        ("jobs", "bad", "cancel", "42"),
+        ("jobs", "bad", "log", "nope"),
+        ("jobs", "bad", "add", "--gpus", "5", "--", "true"),
+        ("jobs", "bad", "add", "--file", str(tmp_path / "none.txt")),
+        ("jobs", "bad", "add"),
+        ("jobs", "ghost", "add", "--", "true"),
+        ("run", "bad"),
+    ]
+    for args in cases:
+        out = gputui(gputui_home, *args)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
+        assert "Traceback" not in out.stderr
+    listed = gputui(gputui_home, "jobs", "bad", "--json")
+    assert json.loads(listed.stdout) == []
+    assert not (gputui_home / "jobs" / f"{iid}.json").exists()
+    [inst] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
+    assert inst["status"] == "running"
+
+
+def test_run_streams_output_pulls_and_exits_with_the_remote_code(gputui_home: Path,
+                                                                  tmp_path: Path):
+    create(gputui_home, "one")
+    proj = tmp_path / "code"
+    proj.mkdir()
+    (proj / "job.sh").write_text("echo hello from $(basename $PWD)\nmkdir -p out\n"
+                                 "echo 42 > out/answer\nexit 5\n")
+    out = gputui(gputui_home, "run", "one", "--sync", str(proj), "--pull", "code/out", "--to",
+                 str(tmp_path / "answer"), "--label", "answer", "--", "sh", "job.sh")
+    assert out.returncode == 5, out.stderr
+    assert out.stdout.splitlines() == ["hello from code"]
+    assert (tmp_path / "answer" / "answer").read_text() == "42\n"
+    assert "failed (exit 5)" in out.stderr
+    [inst] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
+    assert inst["status"] == "running"  # --then keep (the default with a NAME)
+    assert os.path.isdir(tmp_path / "answer")
