@@ -33,6 +33,7 @@ SCREENS: list[tuple[str, str, str, str, str]] = [
     ("catalog", "g", "Catalog", "gputui.ui.catalog:CatalogScreen", "Compare GPUs, check a model fits"),
     ("create", "n", "New", "gputui.ui.create:CreateScreen", "Rent an instance with a release timer"),
     ("monitor", "m", "Monitor", "gputui.ui.monitor:MonitorScreen", "Live GPU telemetry over SSH"),
+    ("jobs", "j", "Jobs", "gputui.ui.jobs:JobsScreen", "Queue runs, follow logs, pull results"),
     ("ollama", "o", "Ollama", "gputui.ui.ollama:OllamaScreen", "Ollama models and GPU selection"),
     ("costs", "c", "Costs", "gputui.ui.costs:CostsScreen", "Running cost meter, budgets, ledger"),
 ]

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from gputui.errors import BadInput, NotFound
 from gputui.models import Instance, InstanceStatus, as_utc, money, utcnow
 from gputui.services.hub import ServiceError, Services
+from gputui.store import LeaseChanged
 
 RUNNER_DIR = ".gputui/jobs"
 RUNNER_FILE = f"{RUNNER_DIR}/runner.py"
@@ -467,6 +468,7 @@ class JobService:
                   "release_at": lease.release_at.isoformat() if lease and lease.release_at else None}
         await self._json(inst, "when-done", input=json.dumps(remote))
         save_when_done(self.services, inst.id, rec)
+        self.store.emit(LeaseChanged(inst.id))  # Home shows it beside the timer
         return rec
 
     def when_done(self, inst: Instance) -> WhenDone | None:
@@ -541,6 +543,7 @@ class JobService:
         rec.done_at = utcnow().isoformat()
         rec.outcome = outcome
         save_when_done(self.services, inst.id, rec)
+        self.store.emit(LeaseChanged(inst.id))
         self.store.notify(f"{inst.name}: queue done — {outcome}"
                           + (f", results in {_locals(rec)}" if rec.pulls else ""),
                           "information", bell=True, instance_id=inst.id)
@@ -611,6 +614,20 @@ async def release_allowed(services: Services, inst: Instance) -> bool:
     return await JobService(services).results_safe(inst)
 
 
+def when_done_label(services: Services, instance_id: str) -> str | None:
+    """What Home and Jobs show beside the timer: "release when the queue ends" (None: none set,
+    or already carried out)."""
+    try:
+        rec = load_when_done(services, instance_id)
+    except JobError:
+        return None
+    if rec is None or rec.done_at is not None or rec.policy == "keep" and not rec.pulls:
+        return None
+    verb = {"release": "release", "stop": "stop", "keep": "pull"}[rec.policy]
+    pull = " (pull first)" if rec.pulls and rec.policy != "keep" else ""
+    return f"{verb} when the queue ends{pull}"
+
+
 # -- helpers ----------------------------------------------------------------------------------
 def clean_line(line: str) -> str:
     """A log line fit for a terminal: the last carriage-return segment, no escapes."""
@@ -652,4 +669,4 @@ def _locals(rec: WhenDone) -> str:
 
 
 __all__ = ["FINAL", "Job", "JobError", "JobService", "JobSpec", "QueueView", "UnknownJob",
-           "WhenDone", "on_tick", "parse_gpus", "read_runs_file", "release_allowed", "run_cost"]
+           "WhenDone", "on_tick", "when_done_label", "parse_gpus", "read_runs_file", "release_allowed", "run_cost"]

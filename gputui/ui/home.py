@@ -87,6 +87,9 @@ class HomeScreen(BaseScreen):
         store = self.gapp.store
         self._instances = {i.id: i for i in store.instances_sync(live_only=True)}
         self._leases = {lease.instance_id: lease for lease in store.leases_sync()}
+        from gputui.services.jobs import when_done_label  # "release when the queue ends"
+
+        self._when_done = {i: when_done_label(self.gapp.services, i) for i in self._instances}
         table = self.query_one(DataTable)
         for key in [k.value for k in list(table.rows)]:
             if key not in self._instances:
@@ -109,6 +112,8 @@ class HomeScreen(BaseScreen):
             release = "⚠ no timer"
         else:
             release = format_remaining(lease.remaining(now))
+        if getattr(self, "_when_done", {}).get(inst.id):
+            release = f"{release} · {self._when_done[inst.id]}".removeprefix("- · ")
         link, _detail = self.gapp.store.link(inst.id)
         provider = inst.provider + (" (simulated)" if inst.provider == "sandbox" else "")
         return {

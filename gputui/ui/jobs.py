@@ -1,0 +1,432 @@
+"""Jobs: one instance's queue of runs — status, time, exit code, GPU use and cost per run — the
+selected run's log following live, and keys to add, cancel, retry and pull, and to set what
+happens when the queue ends.
+
+The queue lives on the instance (see `gputui.services.jobs`); this screen reads it every two
+seconds over the instance's link while it is shown, and the selected run's log every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rich.markup import escape
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Input, RichLog, Static
+
+from gputui.format import format_money
+from gputui.models import Instance
+from gputui.store import InstanceChanged
+from gputui.ui.base import BaseScreen, StoreEvent
+
+COLUMNS = [
+    ("id", "#"),
+    ("name", "Run"),
+    ("status", "Status"),
+    ("exit", "Exit"),
+    ("time", "Time"),
+    ("util", "GPU%"),
+    ("mem", "Mem MiB"),
+    ("cost", "Cost"),
+]
+STATUS_STYLE = {"running": "bold", "failed": "bold red", "lost": "red", "cancelled": "dim",
+                "succeeded": "green", "queued": ""}
+POLL_S = 2.0
+LOG_POLL_S = 1.0
+LOG_LINES = 200
+
+
+def _secs(value: float | None) -> str:
+    if value is None:
+        return "-"
+    s = int(value)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _paths(form: dict[str, str]) -> tuple[str, str]:
+    """(remote, absolute local) from a pull form; the local default is ./<name of remote>."""
+    import os
+
+    remote = form.get("remote") or "results"
+    local = form.get("local") or f"./{os.path.basename(remote.rstrip('/')) or 'results'}"
+    return remote, os.path.abspath(os.path.expanduser(local))
+
+
+class FormDialog(ModalScreen[dict[str, str] | None]):
+    """A few text fields; Enter in the last one submits, Escape cancels."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    DEFAULT_CSS = """
+    FormDialog { align: center middle; }
+    FormDialog > VerticalScroll {
+        width: 70; max-width: 100%; height: auto; border: round $primary;
+        background: $surface; padding: 0 1;
+    }
+    FormDialog #form-error { color: $error; height: auto; }
+    """
+
+    def __init__(self, title: str, fields: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.fields = fields  # (key, label, placeholder or default)
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.title_text)
+            for key, label, hint in self.fields:
+                yield Static(label)
+                yield Input(placeholder=hint, id=f"f-{key}")
+            yield Static("", id="form-error")
+
+    def on_mount(self) -> None:
+        self.query(Input).first().focus()
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        inputs = list(self.query(Input))
+        if event.input is not inputs[-1]:
+            inputs[inputs.index(event.input) + 1].focus()
+            return
+        self.dismiss({key: self.query_one(f"#f-{key}", Input).value.strip()
+                      for key, _l, _h in self.fields})
+
+
+class JobsScreen(BaseScreen):
+    TITLE = "Jobs"
+    BINDINGS = [
+        Binding("a", "add", "Add run"),
+        Binding("x", "cancel_run", "Cancel run"),
+        Binding("r", "retry", "Retry"),
+        Binding("p", "pull", "Pull"),
+        Binding("w", "when_done", "When done"),
+        Binding("i", "next_instance", "Instance"),
+    ]
+    DEFAULT_CSS = """
+    JobsScreen #jobs-head { height: auto; padding: 0 1; }
+    JobsScreen #jobs-table { height: 1fr; min-height: 4; }
+    JobsScreen #jobs-log { height: 1fr; min-height: 3; border-top: solid $primary; }
+    """
+
+    def compose_body(self) -> ComposeResult:
+        yield Static("", id="jobs-head")
+        yield DataTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
+        yield RichLog(id="jobs-log", wrap=False, markup=False, highlight=False, max_lines=2000)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        table = self.query_one(DataTable)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        self._shown: dict[str, dict[str, str]] = {}
+        self._jobs: dict[str, Any] = {}
+        self._view: Any = None
+        self._log_job: str | None = None
+        self._log_lines: list[str] = []
+        self._status = "loading…"
+        self.instance: Instance | None = None
+        self._pick_instance()
+        self.poll()
+        self.follow_log()
+
+    # -- which instance -------------------------------------------------------------------------
+    def _live(self) -> list[Instance]:
+        return [i for i in self.gapp.store.instances_sync(live_only=True)
+                if i.status.value in ("running", "booting", "stopped")]
+
+    def _pick_instance(self) -> None:
+        live = self._live()
+        focus = self.gapp.focus_instance
+        chosen = next((i for i in live if i.id == focus), None) or (live[0] if live else None)
+        if chosen is not None and (self.instance is None or chosen.id != self.instance.id):
+            self._switch(chosen)
+        elif chosen is None:
+            self.instance = None
+            self._clear()
+            self._head()
+
+    def _switch(self, inst: Instance) -> None:
+        self.instance = inst
+        self.gapp.focus_instance = inst.id
+        self._clear()
+        self._status = "loading…"
+        self._head()
+
+    def _clear(self) -> None:
+        self.query_one(DataTable).clear()
+        self._shown.clear()
+        self._jobs.clear()
+        self._view = None
+        self._log_job = None
+        self._log_lines = []
+        self.query_one(RichLog).clear()
+
+    def action_next_instance(self) -> None:
+        live = self._live()
+        if not live:
+            return
+        ids = [i.id for i in live]
+        cur = ids.index(self.instance.id) if self.instance and self.instance.id in ids else -1
+        self._switch(live[(cur + 1) % len(live)])
+        self.poll()
+
+    def on_store_event(self, message: StoreEvent) -> None:
+        if isinstance(message.event, InstanceChanged):
+            if self.instance is not None:
+                fresh = self.gapp.store.get_instance_sync(self.instance.id)
+                if fresh is not None and fresh.status.live:
+                    self.instance = fresh
+                    return
+            self.instance = None
+            self._pick_instance()
+
+    # -- reading the queue ------------------------------------------------------------------------
+    def _service(self) -> Any:
+        from gputui.services.jobs import JobService
+
+        return JobService(self.gapp.services)
+
+    @work(exclusive=True, group="jobs-poll", exit_on_error=False)
+    async def poll(self) -> None:
+        while True:
+            inst = self.instance
+            if inst is not None and self.is_attached:
+                try:
+                    view = await self._service().view(inst)
+                except Exception as exc:  # a link down, the instance stopped: say so
+                    if inst is self.instance:
+                        self._status = f"cannot read the queue: {exc}"
+                        self._head()
+                else:
+                    if inst is self.instance:
+                        self._show(view)
+            await asyncio.sleep(POLL_S)
+
+    def _show(self, view: Any) -> None:
+        self._view = view
+        table = self.query_one(DataTable)
+        keys = {k.value for k in table.rows}
+        for job in view.jobs:
+            self._jobs[job.id] = job
+            cells = self._cells(job)
+            if job.id not in keys:
+                table.add_row(*(cells[k] for k, _ in COLUMNS), key=job.id)
+                self._shown[job.id] = {k: str(v) for k, v in cells.items()}
+                continue
+            shown = self._shown.setdefault(job.id, {})
+            for key, value in cells.items():
+                text = str(value)
+                if shown.get(key) != text:
+                    table.update_cell(job.id, key, value,
+                                      update_width=len(text) > len(shown.get(key) or ""))
+                    shown[key] = text
+        counts = view.counts()
+        self._status = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no runs yet"
+        if view.finished:
+            self._status = "queue ended: " + self._status
+        self._head()
+        if self._log_job is None and view.jobs:
+            self._select_log(self._selected_id() or view.jobs[0].id)
+
+    def _cells(self, job: Any) -> dict[str, str | Text]:
+        return {
+            "id": job.id,
+            "name": Text(job.name),  # the user's label, never markup
+            "status": Text(job.status, style=STATUS_STYLE.get(job.status, "")),
+            "exit": "-" if job.exit_code is None else str(job.exit_code),
+            "time": _secs(job.seconds(self.gapp.now())),
+            "util": "-" if job.gpu_util_avg is None else f"{job.gpu_util_avg:.0f}",
+            "mem": "-" if job.gpu_mem_max_mib is None else f"{job.gpu_mem_max_mib:.0f}",
+            "cost": "-" if job.cost is None else format_money(job.cost, job.currency),
+        }
+
+    def _head(self) -> None:
+        head = self.query_one("#jobs-head", Static)
+        if self.instance is None:
+            head.update("No running instance. Rent one with [b]n[/b]; queue runs here or with "
+                        "`gputui jobs NAME add -- CMD`.")
+            return
+        from gputui.services.jobs import when_done_label
+
+        label = when_done_label(self.gapp.services, self.instance.id) or "keep (w to change)"
+        head.update(f"[b]{escape(self.instance.name)}[/b] · {escape(self._status)} · "
+                    f"when done: {escape(label)}")
+
+    # -- the log ------------------------------------------------------------------------------
+    def _selected_id(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not table.row_count or table.cursor_row < 0:
+            return None
+        return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key is not None and event.row_key.value != self._log_job:
+            self._select_log(event.row_key.value)
+
+    def _select_log(self, job_id: str) -> None:
+        self._log_job = job_id
+        self._log_lines = []
+        self.query_one(RichLog).clear()
+
+    @work(exclusive=True, group="jobs-log", exit_on_error=False)
+    async def follow_log(self) -> None:
+        """The selected run's last lines, refreshed while it runs (appended, not redrawn)."""
+        while True:
+            inst, job_id = self.instance, self._log_job
+            job = self._jobs.get(job_id) if job_id else None
+            if inst is not None and job_id is not None and self.is_attached:
+                fetched = job is not None and job.final and self._log_lines and \
+                    getattr(self, "_log_final", None) == job_id
+                if not fetched:
+                    try:
+                        lines = await self._service().log_tail(inst, job_id, LOG_LINES)
+                    except Exception:
+                        lines = None
+                    if lines is not None and job_id == self._log_job and inst is self.instance:
+                        self._append(lines)
+                        if job is not None and job.final:
+                            self._log_final = job_id
+            await asyncio.sleep(LOG_POLL_S)
+
+    def _append(self, lines: list[str]) -> None:
+        log = self.query_one(RichLog)
+        old = self._log_lines
+        # the new tail overlaps the old one: write only what follows it
+        start = 0
+        for k in range(min(len(old), len(lines)), 0, -1):
+            if old[-k:] == lines[:k]:
+                start = k
+                break
+        else:
+            if old:
+                log.clear()
+        for line in lines[start:]:
+            log.write(Text(line))
+        self._log_lines = (old + lines[start:])[-LOG_LINES:] if start else list(lines)
+
+    # -- actions ----------------------------------------------------------------------------
+    def _need_instance(self) -> Instance | None:
+        if self.instance is None:
+            self.notify("No running instance.", severity="warning")
+        return self.instance
+
+    def action_add(self) -> None:
+        inst = self._need_instance()
+        if inst is None:
+            return
+        self.app.push_screen(FormDialog(
+            f"[b]Queue a run on {escape(inst.name)}[/b]",
+            [("gpus", "GPUs (e.g. 0,1; empty: all)", "all"),
+             ("name", "Label (for the ledger)", "optional"),
+             ("command", "Command (runs in the home folder)", "python train.py --lr 3e-4")]),
+            lambda form: self.add(inst, form) if form else None)
+
+    @work(group="jobs-act", exit_on_error=False)
+    async def add(self, inst: Instance, form: dict[str, str]) -> None:
+        from gputui.services.jobs import JobSpec, parse_gpus
+
+        try:
+            if not form.get("command"):
+                raise ValueError("no command given")
+            spec = JobSpec(form["command"], name=form.get("name") or None,
+                           gpus=parse_gpus(form.get("gpus") or None, inst.gpu_count))
+            [job_id] = await self._service().add(inst, [spec])
+        except Exception as exc:
+            self.notify(f"{inst.name}: could not queue it: {exc}", severity="error")
+            return
+        self.notify(f"{inst.name}: job {job_id} queued")
+        self.poll()
+
+    def action_cancel_run(self) -> None:
+        inst, job_id = self._need_instance(), self._selected_id()
+        if inst is None or job_id is None:
+            return
+        from gputui.ui.create import ConfirmScreen
+
+        job = self._jobs.get(job_id)
+        what = "stop it" if job is not None and job.status == "running" else "drop it"
+        self.app.push_screen(ConfirmScreen(f"Cancel job {job_id} on {escape(inst.name)} ({what})?",
+                                           "Cancel run", "Keep it"),
+                             lambda yes: self.cancel_run(inst, job_id) if yes else None)
+
+    @work(group="jobs-act", exit_on_error=False)
+    async def cancel_run(self, inst: Instance, job_id: str) -> None:
+        try:
+            await self._service().cancel(inst, job_id)
+        except Exception as exc:
+            self.notify(f"job {job_id}: {exc}", severity="error")
+            return
+        self.notify(f"job {job_id}: cancelled")
+        self.poll()
+
+    def action_retry(self) -> None:
+        inst, job_id = self._need_instance(), self._selected_id()
+        if inst is not None and job_id is not None:
+            self.retry(inst, job_id)
+
+    @work(group="jobs-act", exit_on_error=False)
+    async def retry(self, inst: Instance, job_id: str) -> None:
+        try:
+            new = await self._service().retry(inst, job_id)
+        except Exception as exc:
+            self.notify(f"job {job_id}: {exc}", severity="error")
+            return
+        self.notify(f"job {job_id} queued again as {new}")
+        self.poll()
+
+    def action_pull(self) -> None:
+        inst = self._need_instance()
+        if inst is None:
+            return
+        self.app.push_screen(FormDialog(
+            f"[b]Pull from {escape(inst.name)}[/b] (only what changed)",
+            [("remote", "On the instance (inside its home)", "results"),
+             ("local", "Here", "./results")]),
+            lambda form: self.pull(inst, *_paths(form)) if form else None)
+
+    @work(group="jobs-act", exit_on_error=False)
+    async def pull(self, inst: Instance, remote: str, local: str) -> None:
+        from gputui.services.jobs import WhenDone
+
+        rec = WhenDone(policy="keep", pulls=[{"remote": remote, "local": local}])
+        try:
+            [summary] = await self._service().pull_results(inst, rec)
+        except Exception as exc:
+            self.notify(f"{inst.name}: pull failed: {exc}", severity="error")
+            return
+        self.notify(f"pulled {summary.files} files ({summary.skipped} unchanged) to {local}")
+
+    def action_when_done(self) -> None:
+        inst = self._need_instance()
+        if inst is None:
+            return
+        self.app.push_screen(FormDialog(
+            f"[b]When the queue on {escape(inst.name)} ends[/b]",
+            [("policy", "release, stop or keep", "release"),
+             ("remote", "Pull this home first (empty: nothing)", "results"),
+             ("local", "to", "./results")]),
+            lambda form: self.when_done(inst, form, _paths(form) if form.get("remote") else None)
+            if form else None)
+
+    @work(group="jobs-act", exit_on_error=False)
+    async def when_done(self, inst: Instance, form: dict[str, str],
+                        pull: tuple[str, str] | None) -> None:
+        policy = (form.get("policy") or "release").lower()
+        if policy not in ("release", "stop", "keep"):
+            self.notify(f"{policy!r}: choose release, stop or keep", severity="error")
+            return
+        pulls = [pull] if pull else []
+        try:
+            await self._service().set_when_done(inst, policy, pulls=pulls)  # type: ignore[arg-type]
+        except Exception as exc:
+            self.notify(f"{inst.name}: {exc}", severity="error")
+            return
+        self.notify(f"{inst.name}: when its queue ends: {policy}")
+        self._head()

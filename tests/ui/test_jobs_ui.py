@@ -1,0 +1,111 @@
+"""The Jobs screen at 80×24 over a real sandbox instance: the queue, the live log, and keys."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from textual.widgets import DataTable, Input, RichLog, Static
+
+from gputui.app import GpuTuiApp
+from gputui.providers.base import CreateRequest
+from gputui.services.hub import Services
+from gputui.services.jobs import JobService, JobSpec
+from gputui.ui.jobs import JobsScreen
+
+
+async def rent(svc: Services):
+    offer = await svc.find_offer("sandbox", "RTX 4090")
+    req = CreateRequest(offer_id=offer.offer_id, gpu_count=2, name="sweep")
+    return await svc.create("sandbox", offer, req)
+
+
+async def until(pilot, cond: Callable[[], bool], what: str, deadline_s: float = 60) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if cond():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"never: {what}")
+
+
+def cell(table: DataTable, row: str, col: str) -> str:
+    return str(table.get_cell(row, col))
+
+
+def log_text(screen: JobsScreen) -> str:
+    log = screen.query_one(RichLog)
+    return "\n".join("".join(seg.text for seg in line) for line in log.lines)
+
+
+async def test_jobs_screen_queue_log_and_keys(services: Services):
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("echo hello from one; exit 3", name="first"),
+                          JobSpec("sleep 60", name="long", gpus=(1,))])
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the Jobs screen")
+        screen = app.screen
+        assert isinstance(screen, JobsScreen)
+        table = screen.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 2 and cell(table, "1", "status") == "failed"
+                    and cell(table, "2", "status") == "running", "two runs shown")
+        assert cell(table, "1", "exit") == "3" and cell(table, "1", "name") == "first"
+        assert cell(table, "1", "cost").startswith("$")
+        head = str(screen.query_one("#jobs-head", Static).render())
+        assert "sweep" in head and "1 failed" in head
+        await until(pilot, lambda: "hello from one" in log_text(screen), "the first run's log")
+
+        # cancel the running one (x, then y to confirm)
+        await pilot.press("down")
+        await pilot.press("x")
+        await pilot.pause()
+        await pilot.press("y")
+        await until(pilot, lambda: cell(table, "2", "status") == "cancelled", "cancelled")
+
+        # retry the failed one
+        await pilot.press("up")
+        await pilot.press("r")
+        await until(pilot, lambda: table.row_count == 3, "a retry queued")
+
+        # add a run with a form
+        await pilot.press("a")
+        await until(pilot, lambda: bool(app.screen.query(Input)), "the add form")
+        for text in ("0", "added", "echo added run"):
+            app.screen.focused.value = text  # type: ignore[union-attr]
+            await pilot.press("enter")
+        await until(pilot, lambda: table.row_count == 4 and cell(table, "4", "status")
+                    == "succeeded", "the added run done")
+        assert cell(table, "4", "name") == "added"
+
+        # when done: release (nothing to pull)
+        await pilot.press("w")
+        await until(pilot, lambda: bool(app.screen.query(Input)), "the when-done form")
+        for text in ("release", "", ""):
+            app.screen.focused.value = text  # type: ignore[union-attr]
+            await pilot.press("enter")
+        await until(pilot, lambda: "release when the queue ends" in
+                    str(screen.query_one("#jobs-head", Static).render()), "the policy shown")
+        # ...and Home shows it beside the timer
+        await pilot.press("h")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "HomeScreen", "Home")
+        home = app.screen.query_one(DataTable)
+        await asyncio.sleep(0)
+        assert "release when the queue ends" in str(home.get_cell(inst.id, "release"))
+
+
+async def test_jobs_screen_with_no_instance_says_what_to_do(services: Services):
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the Jobs screen")
+        head = str(app.screen.query_one("#jobs-head", Static).render())
+        assert "No running instance" in head
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, JobsScreen)  # nothing opened, a notice instead
