@@ -54,7 +54,7 @@ ALWAYS_IGNORED = (".git", "__pycache__", ".venv", "node_modules")
 PART_SUFFIX = ".gputui-part"
 BLOCK = 256 * 1024
 IN_FLIGHT = 16  # outstanding block requests per file
-FILES_AT_ONCE = 8  # files moving at the same time
+FILES_AT_ONCE = 16  # files moving at the same time
 RETRIES = 8  # reconnects waited out per transfer
 PROGRESS_EVERY = 0.1  # seconds between progress reports
 
@@ -419,6 +419,7 @@ class _Mover:
         self.summary = summary
         self.totals = totals
         self._last_report = 0.0
+        self.made_dirs: set[str] = set()
 
     def report(self, force: bool = False) -> None:
         if self.progress is None:
@@ -434,16 +435,26 @@ class _Mover:
         self.report()
 
     # push one file --------------------------------------------------------------------------
-    async def put(self, local: Path, remote: str, size: int, mtime: int) -> None:
+    async def put(self, local: Path, remote: str, size: int, mtime: int,
+                  known_part: int | None = None) -> None:
+        """`known_part`: the partial file's length from the listing (0: none), which saves a
+        round trip per file; after a drop it is looked at again."""
         rdir, name = posixpath.split(remote)
         part = posixpath.join(rdir, _part_name(name, size, mtime))
         self.totals.current = remote
+        tries = 0
 
         async def op(sftp: asyncssh.SFTPClient) -> None:
-            if rdir:
+            nonlocal tries
+            tries += 1
+            if rdir and rdir not in self.made_dirs:
                 await sftp.makedirs(rdir, exist_ok=True)
-            attrs = await _remote_stat(sftp, part)
-            offset = attrs.size if attrs is not None and (attrs.size or 0) <= size else 0
+                self.made_dirs.add(rdir)
+            if known_part is not None and tries == 1:
+                offset = known_part if known_part <= size else 0
+            else:
+                attrs = await _remote_stat(sftp, part)
+                offset = attrs.size if attrs is not None and (attrs.size or 0) <= size else 0
             if offset:
                 self.summary.resumed += 1
             async with sftp.open(part, "r+b" if offset else "wb") as fh:
@@ -640,8 +651,21 @@ async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = F
         totals.files_total = len(changed)
         totals.bytes_total = sum(e.size for e, _s, _d in changed)
         mover.report(force=True)
+        if not local.is_file():
+            mover.made_dirs.update(posixpath.dirname(posixpath.join(target, e.rel))
+                                   for e in existing)
+            parts = {posixpath.join(target, e.rel): e.size for e in existing
+                     if e.rel.endswith(PART_SUFFIX)}
+
+            def known(e: _Entry, d: str) -> int | None:
+                rdir, name = posixpath.split(d)
+                return parts.get(posixpath.join(rdir, _part_name(name, e.size, e.mtime)), 0)
+        else:
+            def known(e: _Entry, d: str) -> int | None:
+                return None
         await _run_all([
-            (lambda e=e, s=s, d=d: mover.put(s, d, e.size, e.mtime)) for e, s, d in changed
+            (lambda e=e, s=s, d=d: mover.put(s, d, e.size, e.mtime, known(e, d)))
+            for e, s, d in changed
         ], mover)
         summary.paths = [d for _e, _s, d in changed]
     finally:
