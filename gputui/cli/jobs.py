@@ -304,9 +304,10 @@ _JOB_ACTIONS = {"list": _list, "add": _add, "log": _log, "cancel": _cancel, "ret
 
 # -- run: the whole round -----------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    command = _command(args, args.options_parser)
     if args.gpu and args.name is not None:  # `run --gpu X -- CMD`: argparse took CMD's first word
-        command, args.name = [args.name, *command], None
+        command, args.name = [args.name, *(args.argv or [])], None
+    else:
+        command = _command(args, args.options_parser)
     if not command:
         raise CommandError("run: no command (gputui run NAME -- CMD ...)", EXIT_BAD_INPUT)
     if (args.name is None) == (args.gpu is None):

@@ -186,3 +186,14 @@ def test_run_streams_output_pulls_and_exits_with_the_remote_code(gputui_home: Pa
     [inst] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
     assert inst["status"] == "running"  # --then keep (the default with a NAME)
     assert os.path.isdir(tmp_path / "answer")
+
+
+def test_run_with_gpu_rents_runs_and_releases(gputui_home: Path, tmp_path: Path):
+    out = gputui(gputui_home, "run", "--gpu", "4090", "--release-after", "1h", "--label", "probe",
+                 "--", "nvidia-smi", "-L")
+    assert out.returncode == 0, out.stderr
+    assert "RTX 4090" in out.stdout
+    [inst] = json.loads(gputui(gputui_home, "instances", "--all", "--json").stdout)
+    assert inst["status"] == "released"  # rented for the run, released after it
+    [cost] = json.loads(gputui(gputui_home, "costs", "--runs", "--json").stdout)
+    assert cost["label"] == "probe" and cost["status"] == "succeeded"
