@@ -447,8 +447,9 @@ class JobService:
                            "disk; choose release or keep")
         pulls = list(pulls or [])
         if pulls:
-            if inst.ssh is None:
-                raise BadInput(f"{inst.name}: no SSH endpoint, so no way to pull results")
+            if inst.ssh is None or inst.status != InstanceStatus.RUNNING:
+                raise BadInput(f"{inst.name}: no way to pull results from it "
+                               f"({'no SSH endpoint' if inst.ssh is None else inst.status.value})")
             link = await self._link(inst)
             from gputui.remote.ssh import SSHLayerError
 
@@ -492,13 +493,13 @@ class JobService:
     async def finish(self, inst: Instance, *, force: bool = False) -> str | None:
         """Carry out the when-done policy if the queue has ended: pull, then release or stop.
         Returns what was done ("released", "stopped", "pulled", "kept") or None (not yet)."""
-        rec = load_when_done(self.services, inst.id)
-        if rec is None or rec.done_at is not None:
-            return None
         now = time.monotonic()
         if not force and now - _last_check.get(inst.id, -1e9) < CHECK_EVERY_S:
             return None
         _last_check[inst.id] = now
+        rec = load_when_done(self.services, inst.id)
+        if rec is None or rec.done_at is not None:
+            return None
         inst = await self.store.get_instance(inst.id) or inst
         if not inst.status.live:
             return None

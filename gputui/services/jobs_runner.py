@@ -256,7 +256,7 @@ def cmd_cancel(job_id):
             save_state(job_id, status="cancelled", ended_at=now_iso())
         else:
             open(os.path.join(run["dir"], "cancel"), "w").close()
-    print(json.dumps({"id": job_id, "was": run["status"]}))
+    sys.stdout.write(json.dumps({"id": job_id, "was": run["status"]}) + "\n")
     return 0
 
 
@@ -604,12 +604,12 @@ def main(argv):
     if cmd == "follow" and rest:
         return cmd_follow(rest[0], int(rest[1]) if len(rest) > 1 else 0)
     if cmd == "ensure":
-        print(json.dumps({"started": ensure()}))
+        sys.stdout.write(json.dumps({"started": ensure()}) + "\n")
         return 0
     if cmd == "daemon":
         return cmd_daemon()
     if cmd == "version":
-        print(VERSION)
+        sys.stdout.write("%d\n" % VERSION)
         return 0
     sys.stderr.write("unknown command %s\n" % cmd)
     return 2

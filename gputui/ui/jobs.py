@@ -197,7 +197,7 @@ class JobsScreen(BaseScreen):
     async def poll(self) -> None:
         while True:
             inst = self.instance
-            if inst is not None and self.is_attached:
+            if inst is not None and self.is_current:
                 try:
                     view = await self._service().view(inst)
                 except Exception as exc:  # a link down, the instance stopped: say so
@@ -281,7 +281,7 @@ class JobsScreen(BaseScreen):
         while True:
             inst, job_id = self.instance, self._log_job
             job = self._jobs.get(job_id) if job_id else None
-            if inst is not None and job_id is not None and self.is_attached:
+            if inst is not None and job_id is not None and self.is_current:
                 fetched = job is not None and job.final and self._log_lines and \
                     getattr(self, "_log_final", None) == job_id
                 if not fetched:

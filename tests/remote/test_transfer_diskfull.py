@@ -52,3 +52,28 @@ def test_full_local_disk_stops_keeps_partial_and_resumes(gputui_home: Path, tmp_
     assert second["resumed"] == 1 and second["files"] == 1
     assert second["bytes"] < 3 * 1024 * 1024  # not from zero
     assert "SAME" in run.stdout
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="cannot mount a small tmpfs here (unshare -rm)")
+def test_full_instance_disk_stops_keeps_partial_and_resumes(gputui_home: Path, tmp_path: Path):
+    out = gputui(gputui_home, "create", "--provider", "sandbox", "--gpu", "4090", "--name", "r",
+                 "--json")
+    assert out.returncode == 0, out.stderr
+    iid = json.loads(out.stdout)["id"]
+    up = gputui_home / "sandbox" / "instances" / iid / "up"
+    up.mkdir()
+    src = tmp_path / "big.bin"
+    src.write_bytes(bytes(range(256)) * 4096 * 3)  # 3 MiB
+    cmd = [*GPUTUI, "push", "r", str(src), "up/big.bin", "--json"]
+    script = (f"mount -t tmpfs -o size=1m tmpfs {up} || exit 99; "
+              f"{subprocess.list2cmdline(cmd)}; echo rc=$?; ls -la {up}; "
+              f"mount -o remount,size=8m {up}; {subprocess.list2cmdline(cmd)}; "
+              f"cmp {src} {up}/big.bin && echo SAME")
+    run = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
+                         env=run_gputui_env(gputui_home), timeout=300)
+    assert "rc=1" in run.stdout, (run.stdout, run.stderr)
+    assert "instance's disk is full" in run.stderr and "partial file is kept" in run.stderr
+    assert ".gputui-part" in run.stdout
+    second = json.loads(run.stdout[run.stdout.index("{"):run.stdout.rindex("}") + 1])
+    assert second["resumed"] == 1 and second["bytes"] < 3 * 1024 * 1024
+    assert "SAME" in run.stdout
