@@ -403,9 +403,11 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
 async def _interrupted(services: Any, jobs: Any, inst: Any, job_id: str) -> int:
     answer = ""
     if sys.stdin.isatty():
+        sys.stderr.write(f"\nstop job {job_id} on {inst.name}? [y/N] ")
+        sys.stderr.flush()
         try:
-            answer = await asyncio.to_thread(input, f"\nstop job {job_id} on {inst.name}? [y/N] ")
-        except (EOFError, KeyboardInterrupt):
+            answer = await asyncio.to_thread(sys.stdin.readline)
+        except (OSError, KeyboardInterrupt):
             answer = ""
     if answer.strip().lower() in ("y", "yes"):
         await jobs.cancel(inst, job_id)

@@ -197,3 +197,47 @@ def test_run_with_gpu_rents_runs_and_releases(gputui_home: Path, tmp_path: Path)
     assert inst["status"] == "released"  # rented for the run, released after it
     [cost] = json.loads(gputui(gputui_home, "costs", "--runs", "--json").stdout)
     assert cost["label"] == "probe" and cost["status"] == "succeeded"
+
+
+def test_ctrl_c_asks_whether_to_stop_the_run_and_the_timer_stays(gputui_home: Path):
+    import pty
+    import select
+    import signal
+
+    create(gputui_home, "cc")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*GPUTUI, "run", "cc", "--", "echo started; sleep 60"],
+                            stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=run_gputui_env(gputui_home), text=True)
+    os.close(slave)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 90)
+        assert ready and proc.stdout.readline().strip() == "started"
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C does
+        prompt = b""
+        end = time.monotonic() + 60
+        assert proc.stderr is not None
+        err_fd = proc.stderr.fileno()
+        while b"[y/N]" not in prompt and time.monotonic() < end:
+            r, _, _ = select.select([err_fd], [], [], 1)
+            if r:
+                prompt += os.read(err_fd, 1024)
+        assert b"stop job 1 on cc?" in prompt
+        os.write(master, b"y\n")
+        out, err = proc.communicate(timeout=60)
+        err = prompt.decode() + err
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "stopping it" in err and "keeps its release timer" in err
+    for _ in range(100):
+        rows = json.loads(gputui(gputui_home, "jobs", "cc", "--json").stdout)
+        if rows[0]["status"] == "cancelled":
+            break
+        time.sleep(0.2)
+    assert rows[0]["status"] == "cancelled"
+    [inst] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
+    assert inst["status"] == "running" and inst["release_at"] is not None
