@@ -23,7 +23,7 @@ import contextlib
 import json
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -522,7 +522,30 @@ class JobService:
             return None
         return await self._complete(inst, rec)
 
-    async def _complete(self, inst: Instance, rec: WhenDone) -> str:
+    @contextlib.asynccontextmanager
+    async def _claimed(self, inst: Instance) -> AsyncIterator[bool]:
+        """The store's release claim, held while results come home and the instance goes: the
+        console, the daemon and `gputui reap` never pull into the same files or release twice.
+        (Long enough for a big pull; a claim whose process died lapses at once.)"""
+        owner = self.services.claim_owner
+        got = await self.store.claim_release(inst.id, owner, ttl_s=6 * 3600)
+        try:
+            yield got
+        finally:
+            if got:
+                await self.store.drop_claim(inst.id, owner)
+
+    async def _complete(self, inst: Instance, rec: WhenDone) -> str | None:
+        async with self._claimed(inst) as mine:
+            if not mine:
+                return None  # another gputui process is finishing it
+            fresh = await self.store.get_instance(inst.id)
+            again = load_when_done(self.services, inst.id)
+            if fresh is None or not fresh.status.live or again is None or again.done_at:
+                return None
+            return await self._complete_claimed(fresh, again)
+
+    async def _complete_claimed(self, inst: Instance, rec: WhenDone) -> str:
         if rec.pending_pull:
             try:
                 await self.pull_results(inst, rec)
@@ -573,13 +596,16 @@ class JobService:
             return False
         _last_check[f"safe:{inst.id}"] = now
         if inst.status == InstanceStatus.RUNNING:
-            try:
-                await self.pull_results(inst, rec)
-                rec.pulled_at = utcnow().isoformat()
-                save_when_done(self.services, inst.id, rec)
-                return True
-            except (JobError, BadInput, ServiceError) as exc:
-                why = str(exc)
+            async with self._claimed(inst) as mine:
+                if not mine:
+                    return False  # another process is pulling them now
+                try:
+                    await self.pull_results(inst, rec)
+                    rec.pulled_at = utcnow().isoformat()
+                    save_when_done(self.services, inst.id, rec)
+                    return True
+                except (JobError, BadInput, ServiceError) as exc:
+                    why = str(exc)
         else:
             why = f"it is {inst.status.value}"
         self._alarm(inst, f"{inst.name}: due for release but the results asked for "
