@@ -247,6 +247,7 @@ def run_cost(inst: Instance, job: Job) -> Decimal | None:
 _installed: dict[int, set[str]] = {}  # per links-pool id: instances whose runner is current
 _last_check: dict[str, float] = {}
 _last_alarm: dict[str, float] = {}
+_recorded: set[tuple[str, str]] = set()  # run costs this process has written (written once)
 
 
 class JobService:
@@ -352,6 +353,9 @@ class JobService:
         for job in view.jobs:
             if not job.final or job.started_at is None or job.cost is None:
                 continue
+            if (inst.id, job.id) in _recorded:
+                continue
+            _recorded.add((inst.id, job.id))
             ended = job.ended_at or job.started_at
             self.store.record_run_cost_sync(inst.id, job.id, {
                 "instance_id": inst.id, "instance": inst.name, "job_id": job.id,

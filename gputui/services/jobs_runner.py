@@ -393,6 +393,23 @@ class Daemon:
         self.children = {}  # id -> Popen
         self.kill_at = {}  # id -> when to KILL after TERM
         self.last_sample = 0.0
+        self.done = {}  # id -> final status: a finished run never changes, so is not re-read
+
+    def runs(self):
+        """The runs not known to be finished (read from disk), and note those that are."""
+        out = []
+        for i in ids():
+            key = str(i)
+            if key in self.done:
+                continue
+            r = load(i)
+            if r is None:
+                continue
+            if r["status"] in FINAL:
+                self.done[key] = r["status"]
+            else:
+                out.append(r)
+        return out
 
     def start(self, run):
         job_id = run["id"]
@@ -452,9 +469,7 @@ class Daemon:
 
     def step(self):
         with Locked():
-            runs = all_runs()
-            running = [r for r in runs if r["status"] == "running"]
-            for r in running:
+            for r in [r for r in self.runs() if r["status"] == "running"]:
                 proc = self.children.get(r["id"])
                 if proc is not None:
                     rc = proc.poll()
@@ -466,7 +481,7 @@ class Daemon:
                     continue
                 if os.path.exists(os.path.join(r["dir"], "cancel")):
                     self.stop(r)
-            runs = all_runs()
+            runs = self.runs()
             busy = [gpu_set(r) for r in runs if r["status"] == "running"]
             waiting = []
             for r in runs:
@@ -478,12 +493,12 @@ class Daemon:
                     continue
                 self.start(r)
                 busy.append(mine)
-            runs = all_runs()
+            runs = self.runs()
         active = [r for r in runs if r["status"] == "running"]
         if active and time.monotonic() - self.last_sample >= SAMPLE_S:
             self.last_sample = time.monotonic()
             self.sample(active)
-        return bool(active) or any(r["status"] == "queued" for r in runs), runs
+        return bool(runs), runs
 
     def stop(self, run):
         pid = int(run.get("pid") or 0)
@@ -529,13 +544,12 @@ class Daemon:
             more, runs = self.step()
             if not more:
                 with Locked():
-                    runs = all_runs()
-                    if any(r["status"] in ("queued", "running") for r in runs):
+                    if self.runs():
                         continue
-                    if runs and read_json(QUEUE_END) is None:
+                    if self.done and read_json(QUEUE_END) is None:
                         counts = {}
-                        for r in runs:
-                            counts[r["status"]] = counts.get(r["status"], 0) + 1
+                        for status in self.done.values():
+                            counts[status] = counts.get(status, 0) + 1
                         end = {"ended_at": now_iso(), "counts": counts}
                         write_json(QUEUE_END, end)
                         apply_when_done(end)

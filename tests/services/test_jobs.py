@@ -139,3 +139,18 @@ async def test_when_done_refuses_a_pull_outside_home(services: Services, tmp_pat
         await jobs.set_when_done(inst, "release", pulls=[("/etc", str(tmp_path / "x"))])
     assert jobs.when_done(inst) is None
     assert (await services.store.get_instance(inst.id)).status == InstanceStatus.RUNNING
+
+
+async def test_when_done_stop_pulls_then_powers_off_keeping_the_disk(services: Services,
+                                                                     tmp_path: Path):
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("mkdir -p res && echo 7 > res/x", name="w")])
+    await jobs.set_when_done(inst, "stop", pulls=[("res", str(tmp_path / "res"))])
+    await jobs.wait(inst)
+    assert await jobs.finish(inst, force=True) == "stopped"
+    assert (tmp_path / "res" / "x").read_text() == "7\n"
+    stopped = await services.store.get_instance(inst.id)
+    assert stopped.status == InstanceStatus.STOPPED  # compute billing ended, disk kept
+    assert (root_of(services, inst) / "res" / "x").exists()
+    assert await jobs.finish(inst, force=True) is None  # done once
