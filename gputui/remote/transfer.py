@@ -52,8 +52,8 @@ __all__ = [
 
 ALWAYS_IGNORED = (".git", "__pycache__", ".venv", "node_modules")
 PART_SUFFIX = ".gputui-part"
-BLOCK = 256 * 1024
-IN_FLIGHT = 16  # outstanding block requests per file
+BLOCK = 1024 * 1024
+IN_FLIGHT = 8  # outstanding block requests per file
 FILES_AT_ONCE = 16  # files moving at the same time
 RETRIES = 8  # reconnects waited out per transfer
 PROGRESS_EVERY = 0.1  # seconds between progress reports
