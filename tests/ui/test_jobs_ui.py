@@ -39,7 +39,7 @@ def log_text(screen: JobsScreen) -> str:
     return "\n".join("".join(seg.text for seg in line) for line in log.lines)
 
 
-async def test_jobs_screen_queue_log_and_keys(services: Services):
+async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
     inst = await rent(services)
     jobs = JobService(services)
     await jobs.add(inst, [JobSpec("echo hello from one; exit 3", name="first"),
@@ -75,12 +75,21 @@ async def test_jobs_screen_queue_log_and_keys(services: Services):
         # add a run with a form
         await pilot.press("a")
         await until(pilot, lambda: bool(app.screen.query(Input)), "the add form")
-        for text in ("0", "added", "echo added run"):
+        for text in ("0", "added", "mkdir -p res && echo 42 > res/a.txt && echo added run"):
             app.screen.focused.value = text  # type: ignore[union-attr]
             await pilot.press("enter")
         await until(pilot, lambda: table.row_count == 4 and cell(table, "4", "status")
                     == "succeeded", "the added run done")
         assert cell(table, "4", "name") == "added"
+
+        # pull its result home (p)
+        await pilot.press("p")
+        await until(pilot, lambda: bool(app.screen.query(Input)), "the pull form")
+        for text in ("res", str(tmp_path / "got")):
+            app.screen.focused.value = text  # type: ignore[union-attr]
+            await pilot.press("enter")
+        await until(pilot, lambda: (tmp_path / "got" / "a.txt").exists(), "the result pulled")
+        assert (tmp_path / "got" / "a.txt").read_text() == "42\n"
 
         # when done: release (nothing to pull)
         await pilot.press("w")
