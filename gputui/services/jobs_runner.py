@@ -558,8 +558,9 @@ class Daemon:
 
 
 def apply_when_done(end):
-    """After the last run: power off after the grace period, where that was asked for (release
-    or stop on a provider whose billing stops at power-off), unless the timer comes sooner."""
+    """After the last run: power off after the grace period (or at the release timer, if that
+    comes first), where that was asked for (release or stop on a provider whose billing stops
+    at power-off)."""
     policy = read_json(WHEN_DONE) or {}
     if policy.get("policy") not in ("release", "stop") or not policy.get("poweroff"):
         return
@@ -568,10 +569,10 @@ def apply_when_done(end):
     grace = max(0.0, float(policy.get("grace_s", 600)))
     release_at = policy.get("release_at")
     if release_at:
+        # never later than the instance's release timer (this shutdown replaces its own)
         try:
-            deadline = datetime.fromisoformat(release_at)
-            if (deadline - datetime.now(timezone.utc)).total_seconds() <= grace:
-                return  # the instance's own timer powers it off first
+            left = (datetime.fromisoformat(release_at) - datetime.now(timezone.utc)).total_seconds()
+            grace = max(0.0, min(grace, left))
         except ValueError:
             pass
     minutes = int(math.ceil(grace / 60))
