@@ -321,6 +321,12 @@ class JobService:
 
     async def view(self, inst: Instance) -> QueueView:
         data = await self._json(inst, "list")
+        if not data.get("daemon") and any(
+                r.get("status") in ("queued", "running") for r in data.get("runs", [])):
+            # the runner is gone with work left (a reboot, a crash): start it again; runs that
+            # died with it are recorded as lost (or by the exit code they left)
+            await self._json(inst, "ensure")
+            data = await self._json(inst, "list")
         view = QueueView(inst.id, daemon=bool(data.get("daemon")),
                          remote_policy=data.get("when_done"))
         end = data.get("queue_end") or None
@@ -550,6 +556,13 @@ class JobService:
             return await self._complete_claimed(fresh, again)
 
     async def _complete_claimed(self, inst: Instance, rec: WhenDone) -> str:
+        if rec.pending_pull and inst.status == InstanceStatus.RUNNING:
+            # a long pull must not be cut by the queue-end power-off: the lease's own timer
+            # replaces it again (re-arming cancels a pending shutdown and schedules the timer's)
+            from gputui.services.leases import LeaseService
+
+            with contextlib.suppress(ServiceError):
+                await LeaseService(self.services).arm(inst)
         if rec.pending_pull:
             try:
                 await self.pull_results(inst, rec)

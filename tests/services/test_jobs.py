@@ -21,6 +21,24 @@ async def rent(svc: Services, count: int = 2, name: str = "q"):
     return await svc.create("sandbox", offer, req)
 
 
+def runner_daemons(base: Path) -> list[int]:
+    import os
+
+    pids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as fh:
+                cmd = fh.read()
+            cwd = os.readlink(f"/proc/{p}/cwd")
+        except OSError:
+            continue
+        if b"runner.py\x00daemon" in cmd and cwd == str(base):
+            pids.append(int(p))
+    return pids
+
+
 def root_of(svc: Services, inst) -> Path:
     return svc.state_dir / "sandbox" / "instances" / inst.id
 
@@ -154,3 +172,31 @@ async def test_when_done_stop_pulls_then_powers_off_keeping_the_disk(services: S
     assert stopped.status == InstanceStatus.STOPPED  # compute billing ended, disk kept
     assert (root_of(services, inst) / "res" / "x").exists()
     assert await jobs.finish(inst, force=True) is None  # done once
+
+
+async def test_a_dead_runner_is_started_again_and_its_lost_run_recorded(services: Services):
+    import os
+    import signal
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    [first, second] = await jobs.add(inst, [JobSpec("sleep 30", name="victim"),
+                                            JobSpec("echo after", name="next")])
+    for _ in range(100):
+        view = await jobs.view(inst)
+        if view.get(first).status == "running":
+            break
+        await asyncio.sleep(0.1)
+    base = root_of(services, inst) / ".gputui" / "jobs"
+    import json as _json
+
+    state = _json.loads((base / "runs" / first / "state.json").read_text())
+    # the machine "crashes": the runner and the run are killed, nothing is recorded
+    daemon_pids = runner_daemons(base)
+    assert daemon_pids
+    for pid in daemon_pids:
+        os.kill(pid, signal.SIGKILL)
+    os.killpg(int(state["pid"]), signal.SIGKILL)
+    view = await jobs.wait(inst)  # the next look starts the runner again
+    assert view.get(first).status == "lost" and view.get(first).exit_code is None
+    assert view.get(second).status == "succeeded"
