@@ -658,9 +658,9 @@ async def release_allowed(services: Services, inst: Instance) -> bool:
     return await JobService(services).results_safe(inst)
 
 
-def when_done_label(services: Services, instance_id: str) -> str | None:
-    """What Home and Jobs show beside the timer: "release when the queue ends" (None: none set,
-    or already carried out)."""
+def when_done_label(services: Services, instance_id: str, *, short: bool = False) -> str | None:
+    """What Home and Jobs show beside the timer: "release when the queue ends" ("release at
+    queue end" when `short`); None when none is set, or it was carried out."""
     try:
         rec = load_when_done(services, instance_id)
     except JobError:
@@ -668,6 +668,8 @@ def when_done_label(services: Services, instance_id: str) -> str | None:
     if rec is None or rec.done_at is not None or rec.policy == "keep" and not rec.pulls:
         return None
     verb = {"release": "release", "stop": "stop", "keep": "pull"}[rec.policy]
+    if short:
+        return f"{verb} at queue end"
     pull = " (pull first)" if rec.pulls and rec.policy != "keep" else ""
     return f"{verb} when the queue ends{pull}"
 

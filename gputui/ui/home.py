@@ -89,7 +89,8 @@ class HomeScreen(BaseScreen):
         self._leases = {lease.instance_id: lease for lease in store.leases_sync()}
         from gputui.services.jobs import when_done_label  # "release when the queue ends"
 
-        self._when_done = {i: when_done_label(self.gapp.services, i) for i in self._instances}
+        self._when_done = {i: when_done_label(self.gapp.services, i, short=True)
+                           for i in self._instances}
         table = self.query_one(DataTable)
         for key in [k.value for k in list(table.rows)]:
             if key not in self._instances:

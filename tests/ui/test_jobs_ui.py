@@ -104,7 +104,7 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         await until(pilot, lambda: app.screen.__class__.__name__ == "HomeScreen", "Home")
         home = app.screen.query_one(DataTable)
         await asyncio.sleep(0)
-        assert "release when the queue ends" in str(home.get_cell(inst.id, "release"))
+        assert "release at queue end" in str(home.get_cell(inst.id, "release"))
 
 
 async def test_jobs_screen_with_no_instance_says_what_to_do(services: Services):
