@@ -118,3 +118,18 @@ async def test_jobs_screen_with_no_instance_says_what_to_do(services: Services):
         await pilot.press("a")
         await pilot.pause()
         assert isinstance(app.screen, JobsScreen)  # nothing opened, a notice instead
+
+
+async def test_console_start_pulls_and_releases_a_finished_queue(services: Services, tmp_path):
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("mkdir -p out && echo ok > out/r.txt", name="only")])
+    await jobs.set_when_done(inst, "release", pulls=[("out", str(tmp_path / "out"))])
+    await jobs.wait(inst)
+    # no gputui is watching; now the console starts, with its clock
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: not services.store.get_instance_sync(inst.id).status.live,
+                    "released by the console's clock", deadline_s=90)
+    assert (tmp_path / "out" / "r.txt").read_text() == "ok\n"
+    assert services.store.get_instance_sync(inst.id).end_reason == "done"
