@@ -314,13 +314,14 @@ class _Entry:
     rel: str
     size: int
     mtime: int
+    mode: int = 0o644  # permission bits, kept on both sides (a script stays executable)
 
 
 def _local_files(root: Path, rules: IgnoreRules | None) -> tuple[list[_Entry], int]:
     """Files under `root` (or `root` itself), relative POSIX paths; and the count ignored."""
     if root.is_file():
         st = root.stat()
-        return [_Entry("", st.st_size, _mtime(st.st_mtime))], 0
+        return [_Entry("", st.st_size, _mtime(st.st_mtime), st.st_mode & 0o777)], 0
     files: list[_Entry] = []
     ignored = 0
     for dirpath, dirnames, filenames in os.walk(root):
@@ -344,7 +345,7 @@ def _local_files(root: Path, rules: IgnoreRules | None) -> tuple[list[_Entry], i
             except OSError:
                 continue
             if statmod.S_ISREG(st.st_mode):
-                files.append(_Entry(rel, st.st_size, _mtime(st.st_mtime)))
+                files.append(_Entry(rel, st.st_size, _mtime(st.st_mtime), st.st_mode & 0o777))
     return files, ignored
 
 
@@ -362,7 +363,8 @@ async def _remote_files(sftp: asyncssh.SFTPClient, root: str,
     if attrs is None:
         return [], 0, False
     if attrs.type != asyncssh.FILEXFER_TYPE_DIRECTORY:
-        return [_Entry("", attrs.size or 0, _mtime(attrs.mtime))], 0, True
+        return [_Entry("", attrs.size or 0, _mtime(attrs.mtime),
+                       (attrs.permissions or 0o644) & 0o777)], 0, True
     files: list[_Entry] = []
     ignored = 0
     todo = [""]
@@ -382,7 +384,8 @@ async def _remote_files(sftp: asyncssh.SFTPClient, root: str,
             if is_dir:
                 todo.append(rel)
             elif kind == asyncssh.FILEXFER_TYPE_REGULAR:
-                files.append(_Entry(rel, entry.attrs.size or 0, _mtime(entry.attrs.mtime)))
+                files.append(_Entry(rel, entry.attrs.size or 0, _mtime(entry.attrs.mtime),
+                                    (entry.attrs.permissions or 0o644) & 0o777))
     files.sort(key=lambda e: e.rel)
     return files, ignored, False
 
@@ -436,7 +439,7 @@ class _Mover:
 
     # push one file --------------------------------------------------------------------------
     async def put(self, local: Path, remote: str, size: int, mtime: int,
-                  known_part: int | None = None) -> None:
+                  known_part: int | None = None, mode: int = 0o644) -> None:
         """`known_part`: the partial file's length from the listing (0: none), which saves a
         round trip per file; after a drop it is looked at again."""
         rdir, name = posixpath.split(remote)
@@ -459,7 +462,8 @@ class _Mover:
                 self.summary.resumed += 1
             async with sftp.open(part, "r+b" if offset else "wb") as fh:
                 await self._pump_up(local, fh, offset, size)
-            await sftp.setstat(part, asyncssh.SFTPAttrs(atime=mtime, mtime=mtime))
+            await sftp.setstat(part, asyncssh.SFTPAttrs(permissions=mode, atime=mtime,
+                                                        mtime=mtime))
             try:
                 await sftp.posix_rename(part, remote)
             except asyncssh.SFTPOpUnsupported:
@@ -508,7 +512,8 @@ class _Mover:
             raise failed[0]
 
     # pull one file --------------------------------------------------------------------------
-    async def get(self, remote: str, local: Path, size: int, mtime: int) -> None:
+    async def get(self, remote: str, local: Path, size: int, mtime: int,
+                  mode: int = 0o644) -> None:
         part = local.with_name(_part_name(local.name, size, mtime))
         self.totals.current = remote
 
@@ -525,6 +530,7 @@ class _Mover:
                     await self._pump_down(fh, fd, offset, size)
             finally:
                 os.close(fd)
+            os.chmod(part, mode | 0o600)  # always readable and writable by its owner here
             os.utime(part, (mtime, mtime))
             os.replace(part, local)
 
@@ -664,7 +670,7 @@ async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = F
             def known(e: _Entry, d: str) -> int | None:
                 return None
         await _run_all([
-            (lambda e=e, s=s, d=d: mover.put(s, d, e.size, e.mtime, known(e, d)))
+            (lambda e=e, s=s, d=d: mover.put(s, d, e.size, e.mtime, known(e, d), e.mode))
             for e, s, d in changed
         ], mover)
         summary.paths = [d for _e, _s, d in changed]
@@ -737,7 +743,8 @@ async def pull(link: Link, remote: str, local: Path | str | None = None, *, chec
         totals.bytes_total = sum(e.size for e, _s, _d in changed)
         mover.report(force=True)
         await _run_all([
-            (lambda e=e, s=s, d=d: mover.get(s, d, e.size, e.mtime)) for e, s, d in changed
+            (lambda e=e, s=s, d=d: mover.get(s, d, e.size, e.mtime, e.mode))
+            for e, s, d in changed
         ], mover)
         summary.paths = [str(d) for _e, _s, d in changed]
     finally:

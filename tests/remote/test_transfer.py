@@ -27,6 +27,7 @@ async def rent(svc: Services, name: str = "box"):
 def make_project(root: Path) -> None:
     (root / "src" / "pkg").mkdir(parents=True)
     (root / "src" / "pkg" / "train.py").write_text("print('train')\n")
+    (root / "src" / "pkg" / "train.py").chmod(0o755)  # a script stays executable
     (root / "README.md").write_text("hello\n")
     (root / ".git").mkdir()
     (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
@@ -85,6 +86,8 @@ async def test_push_then_pull_round_trip_only_changed(services: Services, tmp_pa
     assert first.bytes == sum(f.stat().st_size for f in (root / "proj").rglob("*") if f.is_file())
     assert seen and seen[-1] == first.bytes
     assert not list(root.rglob("*.gputui-part"))
+    assert (root / "proj" / "src" / "pkg" / "train.py").stat().st_mode & 0o777 == 0o755
+    assert (root / "proj" / "README.md").stat().st_mode & 0o111 == 0
     # the remote keeps the local modification time, so nothing moves the second time
     again = await push(link, proj, "~/proj")
     assert again.files == 0 and again.skipped == 4
@@ -103,6 +106,7 @@ async def test_push_then_pull_round_trip_only_changed(services: Services, tmp_pa
     got = await pull(link, "proj", back)
     assert (back / "data" / "big.bin").read_bytes() == (proj / "data" / "big.bin").read_bytes()
     assert got.files == 4
+    assert (back / "src" / "pkg" / "train.py").stat().st_mode & 0o777 == 0o755
     (root / "proj" / "out.txt").write_text("result")
     again = await pull(link, f"{root}/proj", back)  # the shell's absolute path works too
     assert again.files == 1 and (back / "out.txt").read_text() == "result"
