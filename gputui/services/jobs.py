@@ -457,6 +457,8 @@ class JobService:
                            "disk; choose release or keep")
         pulls = list(pulls or [])
         if pulls:
+            with contextlib.suppress(ServiceError):  # a power-off nobody has seen yet
+                inst = await self.services.refresh(inst)
             if inst.ssh is None or inst.status != InstanceStatus.RUNNING:
                 raise BadInput(f"{inst.name}: no way to pull results from it "
                                f"({'no SSH endpoint' if inst.ssh is None else inst.status.value})")

@@ -168,6 +168,12 @@ def test_bad_input_is_one_line_exit_2_and_nothing_queued(gputui_home: Path, tmp_
     assert not (gputui_home / "jobs" / f"{iid}.json").exists()
     [inst] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
     assert inst["status"] == "running"
+    # powered off: there is no way to pull from it now
+    assert gputui(gputui_home, "ssh", "bad", "--", "shutdown -h now").returncode == 0
+    off = gputui(gputui_home, "jobs", "bad", "when-done", "release", "--pull", "out")
+    assert off.returncode == 2 and "no way to pull" in off.stderr, off.stderr
+    assert len(off.stderr.strip().splitlines()) == 1
+    assert not (gputui_home / "jobs" / f"{iid}.json").exists()
 
 
 def test_run_streams_output_pulls_and_exits_with_the_remote_code(gputui_home: Path,
