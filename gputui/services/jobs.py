@@ -517,11 +517,19 @@ class JobService:
             return None
         if inst.status == InstanceStatus.STOPPED:
             if rec.pending_pull:
-                self._alarm(inst, f"{inst.name} powered itself off after its queue; the results "
-                            f"asked for ({_pulls(rec)}) are not home yet, so it is kept — start it "
-                            "and run `gputui jobs "
-                            f"{inst.name} when-done {rec.policy} --pull ...` again")
-                return "kept"
+                provider = self.services.provider(inst.provider)
+                if not provider.capabilities.stop_start or rec.policy == "keep":
+                    self._alarm(inst, f"{inst.name} powered itself off after its queue; the "
+                                f"results asked for ({_pulls(rec)}) are not home yet, so it is "
+                                f"kept — {inst.provider} cannot start it again from here: fetch "
+                                "them from its disk, then release it")
+                    return "kept"
+                try:  # power it on to bring the results home, then finish
+                    inst = await self.services.start(inst)
+                except (ServiceError, BadInput) as exc:
+                    self._alarm(inst, f"{inst.name}: could not start it to pull its results "
+                                f"({exc}); kept")
+                    return "kept"
             outcome = await self._complete(inst, rec)
             return outcome
         if inst.status != InstanceStatus.RUNNING:
@@ -594,9 +602,8 @@ class JobService:
 
     async def _stop(self, inst: Instance) -> None:
         provider = self.services.provider(inst.provider)
-        stop = getattr(provider, "stop", None)
-        if provider.capabilities.stop_start and stop is not None:
-            await stop(inst)
+        if provider.capabilities.stop_start:
+            await self.services.stop(inst)
         else:
             result = await self.services.run(inst, "shutdown -h now", timeout=30)
             if result.exit_status != 0:

@@ -103,7 +103,7 @@ def test_push_queue_close_everything_then_reap_pulls_and_releases(gputui_home: P
     assert not root.exists()  # released: the instance and its disk are gone
     [inst] = json.loads(gputui(gputui_home, "instances", "--all", "--json").stdout)
     assert inst["status"] == "released"
-    ledger = json.loads(gputui(gputui_home, "costs", "--json").stdout)
+    ledger = json.loads(gputui(gputui_home, "costs", "--json").stdout)["rows"]
     assert [row["end_reason"] for row in ledger] == ["done"]
     costs = json.loads(gputui(gputui_home, "costs", "--runs", "--json").stdout)
     assert [(c["label"], c["status"], c["exit_code"]) for c in costs] == [
