@@ -281,7 +281,7 @@ class JobService:
     async def _install(self, link: Any) -> None:
         result = await link.run(
             f'mkdir -p "$HOME/{RUNNER_DIR}" && chmod 700 "$HOME/{RUNNER_DIR}" && '
-            f'cat > "$HOME/{RUNNER_FILE}.tmp" && mv "$HOME/{RUNNER_FILE}.tmp" "$HOME/{RUNNER_FILE}"',
+            f'cat > "$HOME/{RUNNER_FILE}.$$" && mv "$HOME/{RUNNER_FILE}.$$" "$HOME/{RUNNER_FILE}"',
             input=runner_source(), timeout=60)
         if result.exit_status != 0:
             raise JobError(f"cannot write the runner to the instance: {_last(result)}")
