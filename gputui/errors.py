@@ -28,7 +28,11 @@ class GputuiError(Exception):
     exit_code: int = EXIT_ERROR
 
     def __str__(self) -> str:
-        return " ".join(super().__str__().split())
+        # Messages often carry text from outside (a remote's stderr, an API's error body):
+        # never an escape sequence or a control character on the way to a terminal.
+        from gputui.sanitize import sanitize
+
+        return sanitize(" ".join(super().__str__().split()), 2000)
 
 
 class BadInput(GputuiError):
@@ -54,6 +58,8 @@ def one_line(exc: BaseException) -> str:
     """The user-facing line for an error (no class names for our own errors)."""
     if isinstance(exc, GputuiError):
         return str(exc)
+    from gputui.sanitize import sanitize
+
     if isinstance(exc, LookupError) and exc.args:  # KeyError quotes its argument
-        return " ".join(str(exc.args[0]).split())
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
+        return sanitize(" ".join(str(exc.args[0]).split()), 2000)
+    return sanitize(" ".join(f"{type(exc).__name__}: {exc}".split()), 2000)

@@ -22,6 +22,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _shown(text: str | None) -> str | None:
+    """A label or detail as it may be shown: labels refuse control characters on the way in,
+    and a row stored before that (or edited by hand) is cleaned when read."""
+    if text is None or text.isprintable():
+        return text
+    from gputui.sanitize import sanitize
+
+    return sanitize(text, 1000)
+
+
 def as_utc(value: datetime) -> datetime:
     """Naive datetimes are taken as UTC; aware ones are converted."""
     if value.tzinfo is None:
@@ -169,6 +179,11 @@ class Instance(_Model):
     ended_at: datetime | None = None
     end_reason: EndReason | None = None
 
+    @field_validator("name", "status_detail")
+    @classmethod
+    def _clean_text(cls, v: str | None) -> str | None:
+        return _shown(v)
+
     @field_validator("created_at", "running_since", "stopped_at", "ended_at")
     @classmethod
     def _utc(cls, v: datetime | None) -> datetime | None:
@@ -266,6 +281,11 @@ class LedgerEntry(_Model):
     storage_cost: Decimal
     currency: str = "USD"
     end_reason: EndReason
+
+    @field_validator("name")
+    @classmethod
+    def _clean_text(cls, v: str) -> str:
+        return _shown(v) or ""
 
     @field_validator("started_at", "ended_at")
     @classmethod

@@ -656,5 +656,9 @@ class SessionStore:
 
     def notify(self, text: str, severity: str = "information", *, bell: bool = False,
                instance_id: str | None = None) -> None:
-        self.emit(Notice(text, severity, bell, instance_id))
+        """Tell the user (a toast in the console, a line on stderr for a command). The text is
+        sanitised here: notices quote remote output and API bodies."""
+        from gputui.sanitize import sanitize
+
+        self.emit(Notice(sanitize(text, 1000), severity, bell, instance_id))
 

@@ -48,6 +48,11 @@ def cmd_create(args: argparse.Namespace) -> int:
     from gputui.providers.base import CreateRequest
     from gputui.services.views import instance_view
 
+    if args.name is not None:
+        from gputui.sanitize import check_label
+
+        args.name = check_label(args.name, "--name")
+
     async def body(services) -> int:
         offer = await services.find_offer(args.provider, args.gpu)
         try:
@@ -149,6 +154,11 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
 def cmd_add_ssh(args: argparse.Namespace) -> int:
     from decimal import Decimal, InvalidOperation
+
+    from gputui.sanitize import check_label
+
+    if args.name is not None:
+        args.name = check_label(args.name, "--name")
 
     from gputui.models import Granularity
     from gputui.remote.sshline import parse_ssh_line

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 from gputui.errors import BadInput
 from gputui.models import GpuInventory, GpuSample, HostInventory, MigDevice, ProcessSample
+from gputui.sanitize import sanitize  # the one sanitiser (re-exported here)
 
 __all__ = [
     "COMPUTE_APPS_FIELDS",
@@ -66,46 +66,6 @@ class NvsmiParseError(BadInput, ValueError):
 MAX_TEXT_CHARS = 256  # names, process names
 MAX_LINE_CHARS = 65536  # one CSV line; the widest real one (241 fields) is about 4 KB
 MAX_XML_CHARS = 32 * 1024 * 1024  # an 8-GPU `-q -x` report is well under 1 MB
-
-_ESCAPE_RE = re.compile(
-    r"""
-      \x1b\[[0-?]*[ -/]*[@-~]?               # CSI ... final byte
-    | \x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?     # OSC ... BEL or ST
-    | \x1b[PX^_][^\x1b]*(?:\x1b\\)?          # DCS, SOS, PM, APC ... ST
-    | \x1b[ -/]*[0-~]?                       # other escape sequences
-    | \x9b[0-?]*[ -/]*[@-~]?                 # 8-bit CSI
-    | [\x90\x98\x9d\x9e\x9f][^\x9c\x07]*[\x9c\x07]?  # 8-bit DCS/SOS/OSC/PM/APC
-    """,
-    re.VERBOSE,
-)
-_SPACES = "\t\n\r\x0b\x0c"
-
-
-def sanitize(value: object, limit: int = MAX_TEXT_CHARS) -> str:
-    """Text safe to show on a terminal: no escape sequences, no control or format characters
-    (bidi overrides included), no line breaks, at most `limit` characters (an ellipsis marks a
-    cut)."""
-    if isinstance(value, bytes):
-        text = value.decode("utf-8", errors="replace")
-    else:
-        text = str(value)
-    if len(text) > limit * 8:
-        text = text[: limit * 8]
-    if not (text.isprintable() and "\x1b" not in text):
-        text = _ESCAPE_RE.sub("", text)
-        out = []
-        for ch in text:
-            if ch.isprintable():
-                out.append(ch)
-            elif ch in _SPACES or unicodedata.category(ch) == "Zs":
-                out.append(" ")
-            # everything else (Cc, Cf, Cs, Co, Cn, Zl, Zp) is dropped
-        text = "".join(out)
-    text = text.strip()
-    if len(text) > limit:
-        text = text[: max(0, limit - 1)].rstrip() + "\u2026"
-    return text
-
 
 def _text(value: str | None, limit: int = MAX_TEXT_CHARS) -> str | None:
     """A sanitised string, or None where nvidia-smi says it has no value."""

@@ -58,23 +58,35 @@ class SshProvider:
         return instance  # the host says nothing about billing; it runs until released
 
     async def release(self, instance: Instance) -> None:
-        """Power off on the instance. The connection dropping under us counts as done."""
-        from gputui.remote.ssh import LinkDown, SSHLayerError
+        """Power off on the instance, and return only on positive evidence that it happened.
+
+        Evidence: the power-off command ran and said so (exit 0), or it had started (the
+        session was open and running it) when the host dropped the connection — a host going
+        down under us. Not evidence: a connection refused or dropped before the login (OpenSSH
+        under `MaxStartups` throttling does that, and so does any listener that accepts and
+        closes), a session that could not start, a timeout. Those raise a retryable
+        ProviderError; the caller retries with backoff and, in the end, raises the STILL
+        BILLING alarm and keeps the instance live.
+        """
+        from gputui.remote.ssh import CommandInterrupted, SSHLayerError
 
         if instance.ssh is None:
             raise ProviderError(f"{instance.name}: no SSH endpoint to power off")
         link = self.ctx.links.get(instance.id, instance.ssh)
         try:
-            result = await link.run(POWER_OFF, timeout=30)
-        except LinkDown:
-            return  # powered off while we spoke
+            result = await link.run(POWER_OFF, timeout=30, connect_timeout=20)
+        except CommandInterrupted:
+            return  # the command was running when the host went away: powered off
         except SSHLayerError as exc:
-            raise ProviderError(f"{instance.name}: cannot power off: {exc}") from None
-        if result.exit_status not in (0, None):
+            # Never ran (or we cannot tell that it did): the host may still be billing.
+            raise ProviderError(f"{instance.name}: cannot power off: {exc}",
+                                retryable=True) from None
+        if result.exit_status != 0:
             err = (result.stderr or result.stdout).strip().splitlines()
+            status = "no exit status" if result.exit_status is None else f"exit {result.exit_status}"
             raise ProviderError(
-                f"{instance.name}: power-off refused (exit {result.exit_status}): "
-                f"{err[-1] if err else 'no message'}"
+                f"{instance.name}: power-off refused ({status}): "
+                f"{err[-1] if err else 'no message'}", retryable=True,
             )
 
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:

@@ -53,6 +53,7 @@ __all__ = [
     "Link",
     "LinkClosed",
     "LinkDown",
+    "CommandInterrupted",
     "LinkPool",
     "LinkUnreachable",
     "RunResult",
@@ -87,6 +88,11 @@ class ConnectFailed(SSHLayerError):
 
 class LinkDown(SSHLayerError):
     """The connection dropped while an operation was using it."""
+
+
+class CommandInterrupted(LinkDown):
+    """The connection dropped after the remote command had started (the channel was open and
+    the command was running): for `shutdown -h now`, the host going away under us."""
 
 
 class LinkClosed(SSHLayerError):
@@ -593,11 +599,11 @@ class Link:
             partial = RunResult(status, str(exc.stdout or ""), str(exc.stderr or ""), sig)
             raise CommandTimeout(cmd, timeout or 0, partial) from None
         except (asyncssh.DisconnectError, OSError, asyncssh.ChannelOpenError) as exc:
-            raise LinkDown(f"{self.name}: connection lost during command: {exc}") from None
+            raise CommandInterrupted(f"{self.name}: connection lost during command: {exc}") from None
         finally:
             proc.close()
         if done.exit_status is None and done.exit_signal is None and conn.is_closed():
-            raise LinkDown(f"{self.name}: connection lost during command: {_short(cmd)}")
+            raise CommandInterrupted(f"{self.name}: connection lost during command: {_short(cmd)}")
         status, sig = _exit_status(done.exit_status, done.exit_signal)
         return RunResult(status, str(done.stdout or ""), str(done.stderr or ""), sig)
 

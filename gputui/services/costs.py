@@ -322,13 +322,21 @@ def export_rows(ledger: list[LedgerEntry], instances: list[Instance], now: datet
     return rows
 
 
+_CSV_TEXT = ("instance_id", "name", "provider", "gpu", "currency", "end_reason")
+
+
 def to_csv(rows: list[dict]) -> str:
+    """The export as CSV. Text cells (labels, names from providers) go through `csv_cell`: a
+    label like `=HYPERLINK(...)` stays text in a spreadsheet, never a formula."""
+    from gputui.sanitize import csv_cell
+
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=[*EXPORT_FIELDS, "accrued"], extrasaction="ignore",
                             lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        writer.writerow({k: ("" if v is None else csv_cell(v) if k in _CSV_TEXT else v)
+                         for k, v in row.items()})
     return buf.getvalue()
 
 

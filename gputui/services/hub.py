@@ -287,7 +287,11 @@ class Services:
         return name
 
     def check_name_free(self, name: str) -> None:
-        """Names are how people and scripts refer to instances: two live ones may not share one."""
+        """Names are how people and scripts refer to instances: two live ones may not share one.
+        A name with a control character (an escape sequence...) is refused."""
+        from gputui.sanitize import check_label
+
+        check_label(name, "name")
         if any(i.name == name for i in self.store.instances_sync(live_only=True)):
             raise InvalidRequest(f"an instance named {name!r} is running already; choose another name")
 
@@ -531,6 +535,8 @@ class Services:
                 if attempt + 1 < attempts:
                     await asyncio.sleep(backoff * 2**attempt)
         if last_error:
+            await self.store.update_instance(inst.id, lambda i, m=last_error: i.model_copy(
+                update={"status_detail": f"STILL BILLING — release failed: {m}"}))
             self.store.notify(f"{inst.name}: STILL BILLING — release failed: {last_error}",
                               "error", bell=True, instance_id=inst.id)
             raise ServiceError(f"{inst.name}: release failed: {last_error}")

@@ -28,6 +28,7 @@ from textual.widgets import Checkbox, DataTable, Input, ProgressBar, Select, Sta
 
 from gputui.format import short_gpu
 from gputui.models import Instance, InstanceStatus
+from gputui.sanitize import sanitize
 from gputui.services.ollama import (
     INSTALL_COMMAND,
     SHOWN_ENV,
@@ -93,16 +94,17 @@ def fmt_until(ts: datetime | None, now: float) -> str:
 
 def installed_rows(models: list[InstalledModel], now: float) -> dict[str, dict[str, str]]:
     return {
-        m.name: {"name": m.name, "size": fmt_bytes(m.size), "quant": m.quantization or "-",
-                 "family": m.family or "-", "modified": fmt_ago(m.modified_at, now)}
+        m.name: {"name": sanitize(m.name, 96), "size": fmt_bytes(m.size),
+                 "quant": sanitize(m.quantization or "-", 24),
+                 "family": sanitize(m.family or "-", 24), "modified": fmt_ago(m.modified_at, now)}
         for m in models
     }
 
 
 def running_rows(models: list[RunningModel], now: float) -> dict[str, dict[str, str]]:
     return {
-        m.name: {"name": m.name, "size": fmt_bytes(m.size), "vram": fmt_bytes(m.size_vram),
-                 "share": m.processor, "until": fmt_until(m.expires_at, now)}
+        m.name: {"name": sanitize(m.name, 96), "size": fmt_bytes(m.size),
+                 "vram": fmt_bytes(m.size_vram), "share": sanitize(m.processor, 24), "until": fmt_until(m.expires_at, now)}
         for m in models
     }
 

@@ -1,0 +1,82 @@
+"""OpenSSH's real sshd on 127.0.0.1 for the drills, its `nvidia-smi` and `shutdown` the sandbox
+shims (shutdown only records the power-off). Skipped where sshd is absent or not root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from gputui.sandbox.shims.state import create_instance_dir
+
+SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+needs_sshd = pytest.mark.skipif(
+    SSHD is None or os.geteuid() != 0,
+    reason="OpenSSH's sshd is not installed (apt-get install openssh-server) or not root",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class SshdHost:
+    port: int
+    key: Path
+    host: Path  # the instance folder of the shims (power state, GPUs)
+    host_key: asyncssh.SSHKey
+    proc: subprocess.Popen
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def start_sshd(tmp_path: Path, extra: str = "") -> SshdHost:
+    assert SSHD is not None
+    host = tmp_path / "host"
+    create_instance_dir(host, instance_id="sshd-host", gpu_name="NVIDIA A100-SXM4-80GB",
+                        gpu_count=1, memory_total_mib=81920, power_limit_w=400, tdp_w=400)
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    (keys / "host").write_bytes(host_key.export_private_key("openssh"))
+    (keys / "host").chmod(0o600)
+    client = asyncssh.generate_private_key("ssh-ed25519")
+    (keys / "client").write_bytes(client.export_private_key("openssh"))
+    (keys / "client").chmod(0o600)
+    (keys / "authorized_keys").write_bytes(client.export_public_key("openssh"))
+    port = free_port()
+    config = tmp_path / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
+        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {tmp_path / 'sshd.pid'}\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        "StrictModes no\nPermitRootLogin prohibit-password\n"
+        f"SetEnv PATH={host / 'bin'}:/usr/bin:/bin\n{extra}"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("sshd did not start")
+    # that probe connection counted against MaxStartups until sshd noticed it closed
+    time.sleep(0.2)
+    return SshdHost(port, keys / "client", host, host_key, proc)
