@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -66,17 +66,60 @@ _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?
 
 
 def parse_duration(text: str) -> timedelta:
-    """`2h`, `90m`, `1h30m`, `1d`, `45s`; a bare number is minutes."""
+    """`2h`, `90m`, `1h30m`, `1d`, `45s`; a bare number is minutes. ValueError if it is not a
+    duration or is too long to be one (it never overflows)."""
     raw = text.strip()
     if not raw:
         raise ValueError("empty duration")
-    if re.fullmatch(r"\d+(\.\d+)?", raw):
-        return timedelta(minutes=float(raw))
-    m = _DURATION.match(raw)
-    if not m or not any(m.groups()):
-        raise ValueError(f"{text!r} is not a duration (try 2h, 90m, 1h30m)")
-    d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-    return timedelta(days=d, hours=h, minutes=mi, seconds=s)
+    try:
+        if re.fullmatch(r"\d+(\.\d+)?", raw):
+            return timedelta(minutes=float(raw))
+        m = _DURATION.match(raw)
+        if not m or not any(m.groups()):
+            raise ValueError(f"{text!r} is not a duration (try 2h, 90m, 1h30m)")
+        d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+        return timedelta(days=d, hours=h, minutes=mi, seconds=s)
+    except OverflowError:
+        raise ValueError(f"{text!r} is far too long (at most {MAX_LEASE.days} days)") from None
+
+
+# -- limits: one set, checked at every entry point (flags, config.toml, the console's forms) ------
+
+MIN_LEASE = timedelta(seconds=1)  # a release timer: create --release-after, extend, default_release
+MAX_LEASE = timedelta(days=366)  # a year, from now
+MAX_IDLE = timedelta(hours=24)  # --idle SPAN@PCT%
+MAX_WARN_MINUTES = 24 * 60  # lease.warn_minutes: each between 1 minute and a day before
+MAX_JOB_HOURS = 100_000  # `cost --hours`: about eleven years of running
+
+
+def lease_span(text: str, field: str) -> timedelta:
+    """A release timer's length, or BadInput naming the field."""
+    try:
+        delta = parse_duration(text)
+    except ValueError as exc:
+        raise BadInput(f"{field}: {exc}") from None
+    check_lease_span(delta, field, text)
+    return delta
+
+
+def check_lease_span(delta: timedelta, field: str, text: str | None = None) -> None:
+    if not MIN_LEASE <= delta <= MAX_LEASE:
+        said = f"{text!r} " if text is not None else ""
+        raise BadInput(f"{field}: {said}must be between 1 second and a year ({MAX_LEASE.days} days)")
+
+
+def check_release_at(at: datetime, field: str, now: datetime | None = None) -> datetime:
+    """A release time: in the future, at most a year away. Returned in UTC."""
+    from gputui.models import as_utc, utcnow
+
+    now = as_utc(now or utcnow())
+    at = as_utc(at)
+    if at <= now:
+        raise BadInput(f"{field}: the release time is in the past")
+    if at - now > MAX_LEASE:
+        raise BadInput(f"{field}: the release time is more than a year away "
+                       f"(at most {MAX_LEASE.days} days)")
+    return at
 
 
 class _Section(BaseModel):
@@ -95,7 +138,19 @@ class LeaseSettings(_Section):
     @field_validator("default_release")
     @classmethod
     def _duration(cls, v: str) -> str:
-        parse_duration(v)
+        delta = parse_duration(v)
+        if not MIN_LEASE <= delta <= MAX_LEASE:
+            raise ValueError(f"{v!r} must be between 1 second and a year ({MAX_LEASE.days} days)")
+        return v
+
+    @field_validator("warn_minutes")
+    @classmethod
+    def _warnings(cls, v: list[int]) -> list[int]:
+        if len(v) > 10:
+            raise ValueError("at most 10 warnings")
+        for minutes in v:
+            if not 1 <= minutes <= MAX_WARN_MINUTES:
+                raise ValueError(f"{minutes} is not between 1 and {MAX_WARN_MINUTES} minutes")
         return v
 
 
@@ -251,7 +306,7 @@ def load_config(path: Path | None = None) -> Config:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = _where(err["loc"])
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""

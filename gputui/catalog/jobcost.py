@@ -29,6 +29,10 @@ def _hours(hours: float | int | Decimal | str) -> Decimal:
         raise CatalogError(f"hours must be a finite number (got {hours!r})")
     if h < 0:
         raise CatalogError(f"hours must be ≥ 0 (got {hours})")
+    from gputui.config import MAX_JOB_HOURS
+
+    if h > MAX_JOB_HOURS:
+        raise CatalogError(f"hours must be at most {MAX_JOB_HOURS} (got {hours})")
     return h
 
 

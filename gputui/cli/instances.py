@@ -80,7 +80,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_extend(args: argparse.Namespace) -> int:
-    from gputui.config import parse_duration
+    from gputui.config import check_release_at, lease_span
     from gputui.format import format_remaining
 
     async def body(services) -> int:
@@ -91,13 +91,10 @@ def cmd_extend(args: argparse.Namespace) -> int:
             raise CommandError(f"{inst.name} is {inst.status.value}")
         leases = LeaseService(services)
         if args.to:
-            lease = await leases.extend(inst, to=_parse_clock(args.to))
+            lease = await leases.extend(inst, to=check_release_at(_parse_clock(args.to, "--to"),
+                                                                  "--to"))
         else:
-            try:
-                by = parse_duration(args.by)
-            except ValueError as exc:
-                raise CommandError(f"extend: {exc}", EXIT_BAD_INPUT) from None
-            lease = await leases.extend(inst, by=by)
+            lease = await leases.extend(inst, by=lease_span(args.by, "extend"))
         layers = ["console"] + (["on-instance"] if lease.on_instance_armed else []) + (
             ["provider"] if lease.provider_armed else [])
         print(f"{inst.name}: release at {lease.release_at.astimezone():%Y-%m-%d %H:%M} "
@@ -234,7 +231,7 @@ def _default_name(gpu: str) -> str:
 
 
 def _lease_from_args(args: argparse.Namespace, services):  # -> Lease
-    from gputui.config import parse_duration
+    from gputui.config import check_release_at, lease_span
     from gputui.models import Lease, utcnow
 
     release_at = None
@@ -243,17 +240,12 @@ def _lease_from_args(args: argparse.Namespace, services):  # -> Lease
             raise CommandError("--no-timer bills until you release it by hand: add --yes to confirm",
                                EXIT_BAD_INPUT)
     elif args.release_at:
-        release_at = _parse_clock(args.release_at)
-    else:
-        text = args.release_after or services.config.lease.default_release
-        try:
-            delta = parse_duration(text)
-        except ValueError as exc:
-            raise CommandError(f"--release-after: {exc}", EXIT_BAD_INPUT) from None
-        if delta.total_seconds() < 1 or delta.days > 366:
-            raise CommandError(f"--release-after: {text!r} must be between 1 second and a year",
-                               EXIT_BAD_INPUT)
-        release_at = utcnow() + delta
+        release_at = check_release_at(_parse_clock(args.release_at), "--release-at")
+    elif args.release_after:
+        release_at = utcnow() + lease_span(args.release_after, "--release-after")
+    else:  # checked when config.toml was read; named as it is there
+        release_at = utcnow() + lease_span(services.config.lease.default_release,
+                                           "config.toml lease.default_release")
     idle_util = idle_minutes = None
     if args.idle:
         idle_util, idle_minutes = _parse_idle(args.idle)
@@ -263,7 +255,7 @@ def _lease_from_args(args: argparse.Namespace, services):  # -> Lease
 
 def _parse_idle(text: str) -> tuple[float, float]:
     """`30m@5%`: power off once every GPU stays under 5 % utilisation for 30 minutes."""
-    from gputui.config import parse_duration
+    from gputui.config import MAX_IDLE, parse_duration
 
     try:
         span, _, pct = text.partition("@")
@@ -272,12 +264,12 @@ def _parse_idle(text: str) -> tuple[float, float]:
     except ValueError:
         raise CommandError(f"--idle: {text!r} is not DURATION@PCT% (e.g. 30m@5%)",
                            EXIT_BAD_INPUT) from None
-    if not (0 < util <= 100) or not (0 < minutes <= 24 * 60):
+    if not (0 < util <= 100) or not (0 < minutes <= MAX_IDLE.total_seconds() / 60):
         raise CommandError("--idle: utilisation 1-100 % over at most 24 h", EXIT_BAD_INPUT)
     return util, minutes
 
 
-def _parse_clock(text: str):  # -> datetime (UTC)
+def _parse_clock(text: str, field: str = "--release-at"):  # -> datetime (UTC)
     """`18:30` (today, or tomorrow if past) or an ISO-8601 time, in local time unless it says."""
     from datetime import datetime, timedelta
 
@@ -294,11 +286,11 @@ def _parse_clock(text: str):  # -> datetime (UTC)
             at = datetime.fromisoformat(text)
             if at.tzinfo is None:
                 at = at.astimezone()
-    except ValueError:
-        raise CommandError(f"--release-at: {text!r} is not a time (try 18:30)", EXIT_BAD_INPUT) from None
-    if at <= now:
-        raise CommandError(f"--release-at: {text!r} is in the past", EXIT_BAD_INPUT)
-    return as_utc(at)
+        if at <= now:
+            raise CommandError(f"{field}: {text!r} is in the past", EXIT_BAD_INPUT)
+        return as_utc(at)
+    except (ValueError, OverflowError):  # OverflowError: a time at the end of the calendar
+        raise CommandError(f"{field}: {text!r} is not a time (try 18:30)", EXIT_BAD_INPUT) from None
 
 
 async def _arm_lease(services, inst):

@@ -23,7 +23,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
-from gputui.services.hub import ServiceError, Services
+from gputui.services.hub import InvalidRequest, ServiceError, Services
 
 if TYPE_CHECKING:
     from gputui.services.costs import BudgetWatch
@@ -83,8 +83,11 @@ class ReapResult:
 
 
 class LeaseService:
-    def __init__(self, services: Services, warn_minutes: tuple[int, ...] = WARN_MINUTES,
+    def __init__(self, services: Services, warn_minutes: tuple[int, ...] | None = None,
                  *, idle_interval_s: int = 60) -> None:
+        if warn_minutes is None:  # config.toml's lease.warn_minutes (checked when read)
+            configured = getattr(getattr(services.config, "lease", None), "warn_minutes", None)
+            warn_minutes = tuple(configured) if configured else WARN_MINUTES
         self.services = services
         self.idle_interval_s = idle_interval_s
         self._swept: float | None = None  # when written-off records were last checked
@@ -152,11 +155,18 @@ class LeaseService:
         re-arm every layer."""
         now = utcnow()
 
+        from gputui.config import MAX_LEASE, check_lease_span, check_release_at
+
+        if by is not None:
+            check_lease_span(by, "extend")
+
         def change(lease: Lease) -> Lease:
             base = lease.release_at if lease.release_at and lease.release_at > now else now
             new_at = as_utc(to) if to is not None else base + (by or timedelta(hours=1))
             if new_at <= now:
-                raise ServiceError("the new release time is in the past")
+                raise InvalidRequest("extend: the new release time is in the past")
+            if new_at - now > MAX_LEASE:  # the same cap as create: a year from now
+                check_release_at(new_at, "extend", now)
             return lease.model_copy(update={"release_at": new_at, "no_timer_confirmed": False,
                                             "warned": [], "state": LeaseState.ACTIVE})
 
