@@ -200,6 +200,8 @@ class SessionStore:
         self._telemetry: dict[str, InstanceTelemetry] = {}
         self._links: dict[str, tuple[LinkState, str | None]] = {}
         self._history = history
+        # rows that could not be read ("instance ID" -> why), reported and skipped
+        self.unreadable: dict[str, str] = {}
         self._last_change = self._max_change()
         import os
 
@@ -314,6 +316,25 @@ class SessionStore:
             where = ".".join(str(p) for p in err["loc"])
             raise StateError(f"{self.path}: {what}: field '{where}': {err['msg']}") from None
 
+    def _load_rows(self, model: type[M], rows: list[tuple[str, str]], what: str) -> list[M]:
+        """Every row that can be read. A row that cannot (a status this version does not know,
+        a hand edit, a newer field) is reported once, left untouched, and skipped, so one bad
+        row never blocks the others: they are still listed, reaped and released."""
+        out: list[M] = []
+        for key, data in rows:
+            try:
+                out.append(self._load(model, data, f"{what} {key}"))
+            except StateError as exc:
+                self._unreadable(f"{what} {key}", str(exc))
+        return out
+
+    def _unreadable(self, key: str, message: str) -> None:
+        with self._lock:
+            seen = key in self.unreadable
+            self.unreadable[key] = message
+        if not seen:
+            self.notify(f"{message} — skipped and left untouched", "error")
+
     def _log_change(self, conn: sqlite3.Connection, table: str, key: str) -> None:
         conn.execute(
             "INSERT INTO changes(tbl, key, pid) VALUES (?, ?, ?)", (table, key, self._pid)
@@ -395,7 +416,7 @@ class SessionStore:
         if live_only:
             sql += " WHERE live=1"
         rows = self._query(sql)
-        out = [self._load(Instance, data, f"instance {iid}") for iid, data in rows]
+        out = self._load_rows(Instance, rows, "instance")
         out.sort(key=lambda i: i.created_at)
         return out
 
@@ -451,7 +472,7 @@ class SessionStore:
 
     def leases_sync(self) -> list[Lease]:
         rows = self._query("SELECT instance_id, data FROM leases")
-        return [self._load(Lease, d, f"lease {i}") for i, d in rows]
+        return self._load_rows(Lease, rows, "lease")
 
     # -- ledger ------------------------------------------------------------------------------------
 
@@ -494,7 +515,7 @@ class SessionStore:
 
     def ledger_sync(self) -> list[LedgerEntry]:
         rows = self._query("SELECT instance_id, data FROM ledger ORDER BY ended")
-        return [self._load(LedgerEntry, d, f"ledger entry {i}") for i, d in rows]
+        return self._load_rows(LedgerEntry, rows, "ledger entry")
 
     # -- release claims (two processes never release one instance at once) ----------------------
 

@@ -95,8 +95,11 @@ def test_invalid_row_gives_a_clear_error(tmp_path: Path):
     path = tmp_path / "state.db"
     s = SessionStore(path)
     s._conn.execute("INSERT INTO instances(id, data, live, updated) VALUES ('x', '{\"id\": 1}', 1, 0)")
+    # listing skips it and says why; reading that one row names it
+    assert s.instances_sync() == []
+    assert "instance x: field" in s.unreadable["instance x"]
     with pytest.raises(StateError, match="instance x: field"):
-        s.instances_sync()
+        s.get_instance_sync("x")
 
 
 WRITER = textwrap.dedent(

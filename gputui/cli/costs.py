@@ -10,6 +10,7 @@ from gputui.cli.output import (
     open_store,
     print_json,
     refresh_quietly,
+    report_unreadable,
 )
 
 
@@ -24,6 +25,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     if args.runs:
         return _runs(store, args)
     rows = export_rows(ledger, instances)
+    report_unreadable(store)
     if args.csv:
         sys.stdout.write(to_csv(rows))
         return 0

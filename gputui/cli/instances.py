@@ -12,6 +12,7 @@ from gputui.cli.output import (
     open_store,
     print_json,
     refresh_quietly,
+    report_unreadable,
     run_async,
 )
 
@@ -25,6 +26,7 @@ def cmd_instances(args: argparse.Namespace) -> int:
     items = store.instances_sync(live_only=not args.all)
     leases = {lease.instance_id: lease for lease in store.leases_sync()}
     views = [instance_view(i, leases.get(i.id)) for i in items]
+    report_unreadable(store)
     if args.json:
         print_json(views)
         return 0
@@ -110,7 +112,8 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
         result = await LeaseService(services).reap()
         if args.json:
-            print_json({"released": result.released, "errors": result.errors})
+            print_json({"released": result.released, "errors": result.errors,
+                        "unreadable": list(services.store.unreadable.values())})
         else:
             for name in result.released:
                 print(f"released {name}")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gputui.store import SessionStore
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "CommandError", "open_store", "print_json",
-           "refresh_quietly", "run_async", "services_for"]
+           "refresh_quietly", "report_unreadable", "run_async", "services_for"]
 
 
 class CommandError(GputuiError):
@@ -96,6 +96,12 @@ def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
             await services.close()
 
     asyncio.run(refresh())
+
+
+def report_unreadable(store: SessionStore) -> None:
+    """Rows the store skipped because they cannot be read: one line each on stderr."""
+    for message in store.unreadable.values():
+        print(f"gputui: {message} — skipped and left untouched", file=sys.stderr)
 
 
 def add_json(parser: argparse.ArgumentParser, help: str = "print JSON") -> None:

@@ -1,0 +1,61 @@
+"""Drill: one instance row that cannot be read (a status this version does not know) is
+reported, kept untouched and skipped; every other instance is listed, reaped and released."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+from gputui.models import utcnow
+from gputui.store import SessionStore
+from tests.conftest import GPUTUI, run_gputui_env
+
+
+def gputui(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*GPUTUI, *args], env=run_gputui_env(home), capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_a_zombie_row_blocks_nothing(gputui_home: Path):
+    for name in ("overdue", "healthy"):
+        made = gputui(gputui_home, "create", "--gpu", "4090", "--name", name,
+                      "--release-after", "1h")
+        assert made.returncode == 0, made.stderr
+    db = gputui_home / "state.db"
+    with sqlite3.connect(db) as conn:
+        data = json.loads(conn.execute("SELECT data FROM instances LIMIT 1").fetchone()[0])
+        data.update(id="zombie1", name="zombie", status="zombie")
+        zombie = json.dumps(data)
+        conn.execute("INSERT INTO instances(id, data, live, updated) VALUES (?, ?, 1, 0)",
+                     ("zombie1", zombie))
+    store = SessionStore(db)
+    overdue = next(i for i in store.instances_sync() if i.name == "overdue")
+    store.update_lease_sync(overdue.id, lambda le: le.model_copy(
+        update={"release_at": utcnow() - timedelta(minutes=1)}))
+
+    listed = gputui(gputui_home, "instances")
+    assert listed.returncode == 0, listed.stderr
+    assert "overdue" in listed.stdout and "healthy" in listed.stdout
+    assert "zombie1" in listed.stderr and "skipped" in listed.stderr
+    as_json = gputui(gputui_home, "instances", "--json")
+    assert as_json.returncode == 0
+    assert sorted(i["name"] for i in json.loads(as_json.stdout)) == ["healthy", "overdue"]
+
+    reaped = gputui(gputui_home, "reap", "--json")
+    assert reaped.returncode == 0, reaped.stderr
+    report = json.loads(reaped.stdout)
+    assert report["released"] == ["overdue"] and report["errors"] == []
+    assert any("zombie1" in line for line in report["unreadable"])
+
+    released = gputui(gputui_home, "release", "healthy")
+    assert released.returncode == 0 and "released healthy" in released.stdout, released.stderr
+    costs = gputui(gputui_home, "costs", "--json")
+    assert costs.returncode == 0
+    assert sorted(r["name"] for r in json.loads(costs.stdout)) == ["healthy", "overdue"]
+
+    with sqlite3.connect(db) as conn:  # the bad row is exactly as it was
+        assert conn.execute("SELECT data, live FROM instances WHERE id='zombie1'").fetchone() \
+            == (zombie, 1)
