@@ -190,16 +190,25 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
     async def body(services) -> int:
         from gputui.services.hosts import add_ssh_host
 
+        lease = _lease_from_args(args, services)
         inst = await add_ssh_host(
             services, endpoint, name=args.name, gpu=args.gpu, price=price,
             per=Granularity(args.per), accept_new_host_key=args.accept_new_host_key,
-            password=_read_password(args),
+            password=_read_password(args), lease=lease,
         )
         if args.json:
             print_json(instance_view(inst, services.store.get_lease_sync(inst.id)))
         else:
+            from gputui.format import format_remaining
+
+            stored = services.store.get_lease_sync(inst.id)
+            timer = ("no release timer (confirmed)" if stored is None or stored.release_at is None
+                     else f"released in {format_remaining(stored.remaining())}"
+                     + ("" if stored.on_instance_armed else " (by gputui; the on-host timer "
+                        "is not armed)"))
             print(f"added {inst.name}: {inst.gpu_count}× {inst.gpu} at "
-                  f"{inst.billing.price_per_hour}/h ({inst.billing.granularity.value} billing)")
+                  f"{inst.billing.price_per_hour}/h ({inst.billing.granularity.value} billing), "
+                  f"{timer}")
         return 0
 
     return run_async(args, body)
@@ -312,6 +321,18 @@ def _read_password(args: argparse.Namespace) -> str | None:
 
 
 
+def _timer_flags(s: argparse.ArgumentParser) -> None:
+    """The release timer, the same on every command that makes an instance."""
+    t = s.add_mutually_exclusive_group()
+    t.add_argument("--release-after", metavar="DURATION",
+                   help="auto-release after this long: 2h, 90m (default from config: 2h)")
+    t.add_argument("--release-at", metavar="TIME", help="auto-release at a clock time: 18:30")
+    t.add_argument("--no-timer", action="store_true", help="no auto-release (needs --yes)")
+    s.add_argument("--yes", action="store_true", help="confirm --no-timer")
+    s.add_argument("--idle", metavar="SPAN@PCT%",
+                   help="idle release: power off when every GPU stays under PCT %% for SPAN, e.g. 30m@5%%")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("instances", help="list instances")
     s.add_argument("--json", action="store_true", help="print a JSON list")
@@ -326,14 +347,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--disk", type=float, default=50, help="disk in GB (default 50)")
     s.add_argument("--image", help="image, where the provider has images")
     s.add_argument("--json", action="store_true", help="print the instance as JSON")
-    t = s.add_mutually_exclusive_group()
-    t.add_argument("--release-after", metavar="DURATION",
-                   help="auto-release after this long: 2h, 90m (default from config: 2h)")
-    t.add_argument("--release-at", metavar="TIME", help="auto-release at a clock time: 18:30")
-    t.add_argument("--no-timer", action="store_true", help="no auto-release (needs --yes)")
-    s.add_argument("--yes", action="store_true", help="confirm --no-timer")
-    s.add_argument("--idle", metavar="SPAN@PCT%",
-                   help="idle release: power off when every GPU stays under PCT %% for SPAN, e.g. 30m@5%%")
+    _timer_flags(s)
     s.set_defaults(handler=cmd_create)
 
     s = sub.add_parser("extend", help="move an instance's release time")
@@ -363,6 +377,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--ask-password", action="store_true", help="prompt for a password (not stored)")
     s.add_argument("--password-file", help="a 0600 file holding the password")
     s.add_argument("--json", action="store_true", help="print the instance as JSON")
+    _timer_flags(s)
     s.set_defaults(handler=cmd_add_ssh)
 
     s = sub.add_parser("release", help="release an instance now (stops the billing)")

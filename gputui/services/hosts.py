@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gputui.models import Granularity, Instance, SSHEndpoint
+from gputui.models import Granularity, Instance, Lease, SSHEndpoint
 from gputui.services.hub import ServiceError, Services, new_instance_id
 
 
@@ -27,12 +27,20 @@ async def add_ssh_host(
     per: Granularity,
     accept_new_host_key: bool = False,
     password: str | None = None,
+    lease: Lease | None = None,
 ) -> Instance:
-    """Connect (host key checked), detect the GPUs with `nvidia-smi -L`, and record the host.
+    """Connect (host key checked), detect the GPUs with `nvidia-smi -L`, and record the host
+    with its release timer — `lease`, or the default one (config.toml's
+    `lease.default_release`) — armed on the host (`shutdown -h +N`). A host without a timer
+    takes a lease with `no_timer_confirmed`, which the caller asked the user to confirm.
 
     Nothing is written to the store unless the connection and the GPU check succeed. A password
     is used for this process only and never stored.
     """
+    from gputui.services.leases import LeaseService, default_lease
+
+    if lease is None:
+        lease = default_lease(services.config)
     from gputui.catalog.match import card_for_reported_name, match_card
     from gputui.nvidia.nvsmi import parse_gpu_list
     from gputui.remote.hostkeys import UnknownHostKey
@@ -74,4 +82,8 @@ async def add_ssh_host(
         gpu=gpu_name, gpu_count=count, price_per_hour=price, per=per,
     )
     await services.store.put_instance(inst)
+    await services.store.put_lease(lease.model_copy(update={"instance_id": inst.id}))
+    if password is not None:  # the pool's link must log in the same way, this process only
+        services.links.get(inst.id, endpoint).set_password(password)
+    await LeaseService(services).arm(inst)  # a failure is a notice; the console still holds
     return inst

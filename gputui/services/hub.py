@@ -251,9 +251,12 @@ class Services:
             disk_gb=request.disk_gb, image=request.image, region=offer.region,
             status=InstanceStatus.REQUESTED,
         )
+        if lease is None:  # every instance gets a timer: the default one unless told otherwise
+            from gputui.services.leases import default_lease
+
+            lease = default_lease(self.config)
         await self.store.put_instance(inst)
-        if lease is not None:
-            await self.store.put_lease(lease.model_copy(update={"instance_id": inst.id}))
+        await self.store.put_lease(lease.model_copy(update={"instance_id": inst.id}))
         say("requested")
         try:
             inst = await provider.create(request, inst)

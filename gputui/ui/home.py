@@ -107,7 +107,9 @@ class HomeScreen(BaseScreen):
 
     def _cells(self, inst: Instance, now: datetime) -> dict[str, str | Text]:
         lease = self._leases.get(inst.id)
-        if lease is None or lease.state != "active":
+        if lease is None and inst.status.live:
+            release = "⚠ no timer"  # made by an older gputui: nothing will release it
+        elif lease is None or lease.state != "active":
             release = "-"
         elif lease.release_at is None:
             release = "⚠ no timer"
