@@ -61,15 +61,22 @@ def watchdog_script(util_pct: float, minutes: float, interval_s: int = 60) -> st
     )
 
 
-def start_watchdog_command(util_pct: float, minutes: float, interval_s: int = 60) -> str:
+def start_watchdog_command(util_pct: float, minutes: float, interval_s: int = 60,
+                           *, keep_running: bool = False) -> str:
+    """(Re)start the idle watchdog. `keep_running`: leave one that is alive as it is (its idle
+    count goes on) and start it only if it is gone — how a crash or a reboot is repaired."""
     script = watchdog_script(util_pct, minutes, interval_s)
-    return (
+    start = (
         f"cat > {WATCHDOG_FILE} <<'GPUTUI_EOF'\n{script}GPUTUI_EOF\n"
         f"chmod 700 {WATCHDOG_FILE}\n"
         f"[ -f {WATCHDOG_PID} ] && kill \"$(cat {WATCHDOG_PID})\" 2>/dev/null\n"
         f"nohup sh ./{WATCHDOG_FILE} >/dev/null 2>&1 </dev/null &\n"
         f"echo $! > {WATCHDOG_PID}\n"
     )
+    if not keep_running:
+        return start
+    return (f"if [ -f {WATCHDOG_PID} ] && kill -0 \"$(cat {WATCHDOG_PID})\" 2>/dev/null; then :; "
+            f"else\n{start}fi\n")
 
 
 def default_lease(config: object, instance_id: str = "pending") -> Lease:
@@ -103,6 +110,9 @@ class LeaseService:
         self._swept: float | None = None  # when written-off records were last checked
         self._idle_since: dict[str, datetime] = {}
         self._wipe_warned: set[str] = set()  # stopped instances already warned of their wipe
+        self._verified: set[str] = set()  # leases re-established since this process started
+        self._retry_at: dict[str, float] = {}  # a missing layer: when to try it again
+        self._retry_gap: dict[str, float] = {}
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -114,18 +124,37 @@ class LeaseService:
 
     # -- arming ---------------------------------------------------------------------------------
 
-    async def arm(self, inst: Instance) -> Lease | None:
+    def _layers(self, inst: Instance, lease: Lease) -> tuple[bool, bool]:
+        """Which layers this lease names for this instance: (on the instance, at the provider)."""
+        caps = self.services.provider(inst.provider).capabilities
+        wants_timer = lease.release_at is not None
+        return caps.power_off_stops_billing and wants_timer, caps.scheduled_release and wants_timer
+
+    def _missing(self, inst: Instance, lease: Lease) -> bool:
+        """A layer the lease names is not armed for its current deadline (a crash in between,
+        a host that was unreachable when it was armed)."""
+        if lease.armed_for != lease.release_at:
+            return True
+        on_instance, at_provider = self._layers(inst, lease)
+        return (on_instance and not lease.on_instance_armed) or (
+            at_provider and not lease.provider_armed)
+
+    async def arm(self, inst: Instance, *, verify: bool = False) -> Lease | None:
         """Set up layers 1 and 2 for the instance's lease. Failures are reported, not fatal:
-        layer 3 still holds, and the lease says which layers are armed."""
+        layer 3 still holds, and the lease says which layers are armed (so they are retried).
+
+        `verify`: after a crash or a restart, re-establish every layer the lease names whatever
+        the lease says (a reboot clears a scheduled shutdown), leaving a live idle watchdog as
+        it is. Arming is idempotent: `shutdown -c` then `shutdown -h +N`."""
         lease = await self.store.get_lease(inst.id)
         if lease is None or lease.state != LeaseState.ACTIVE:
             return lease
         provider = self.services.provider(inst.provider)
         on_instance = False
         problems: list[str] = []
-        if provider.capabilities.power_off_stops_billing and inst.ssh is not None:
-            try:
-                on_instance = await self._arm_on_instance(inst, lease)
+        if provider.capabilities.power_off_stops_billing:
+            try:  # the provider makes the instance reachable first (its endpoint may be new)
+                on_instance = await self._arm_on_instance(inst, lease, keep_watchdog=verify)
             except ServiceError as exc:
                 problems.append(f"on-instance timer: {exc}")
         provider_armed = False
@@ -144,13 +173,15 @@ class LeaseService:
                               "warning", instance_id=inst.id)
         return lease
 
-    async def _arm_on_instance(self, inst: Instance, lease: Lease) -> bool:
+    async def _arm_on_instance(self, inst: Instance, lease: Lease, *,
+                               keep_watchdog: bool = False) -> bool:
         commands = ["shutdown -c >/dev/null 2>&1 || true"]
         if lease.release_at is not None:
             commands.append(shutdown_command(lease.release_at))
         if lease.idle_util_pct is not None and lease.idle_minutes:
             commands.append(start_watchdog_command(lease.idle_util_pct, lease.idle_minutes,
-                                                   self.idle_interval_s))
+                                                   self.idle_interval_s,
+                                                   keep_running=keep_watchdog))
         result = await self.services.run(inst, "\n".join(commands), timeout=30)
         if result.exit_status != 0:
             err = (result.stderr or result.stdout).strip().splitlines()
@@ -242,12 +273,9 @@ class LeaseService:
                     self.store.notify(f"{inst.name}: could not release: {exc}", "error",
                                       bell=True, instance_id=inst.id)
                 continue
-            if lease.armed_for != lease.release_at and inst.status == InstanceStatus.RUNNING:
-                # a change that was stored but not acted on (a crash in between): act now
-                try:
-                    await self.arm(inst)
-                except ServiceError as exc:
-                    result.errors.append(f"{inst.name}: re-arming: {exc}")
+            if inst.status == InstanceStatus.RUNNING:
+                await self._rearm(inst, lease, verify=refresh and inst.id not in self._verified,
+                                  result=result)
             await self._warn(inst, lease, now, result)
         await self._budgets(now, result)
         if refresh and (self._swept is None or time.monotonic() - self._swept >= SWEEP_EVERY_S):
@@ -266,6 +294,29 @@ class LeaseService:
         from gputui.services.jobs import release_allowed
 
         return await release_allowed(self.services, inst)
+
+    async def _rearm(self, inst: Instance, lease: Lease, *, verify: bool,
+                     result: ReapResult) -> None:
+        """After a crash or a restart (the first look with `refresh`: `gputui reap`, the
+        console's start) every layer the lease names is re-established; later, a layer that
+        is still missing is retried with backoff (30 s doubling to 10 min)."""
+        now = time.monotonic()
+        if not verify:
+            if not self._missing(inst, lease) or now < self._retry_at.get(inst.id, 0.0):
+                return
+        try:
+            armed = await self.arm(inst, verify=True)
+        except ServiceError as exc:
+            result.errors.append(f"{inst.name}: re-arming: {exc}")
+            armed = None
+        self._verified.add(inst.id)
+        if armed is not None and not self._missing(inst, armed):
+            self._retry_at.pop(inst.id, None)
+            self._retry_gap.pop(inst.id, None)
+            return
+        gap = min(600.0, self._retry_gap.get(inst.id, 15.0) * 2)
+        self._retry_gap[inst.id] = gap
+        self._retry_at[inst.id] = now + gap
 
     async def _budgets(self, now: datetime, result: ReapResult) -> None:
         """Alerts at 80 % and 100 % of the caps; at 100 %, release if the user asked for it."""
