@@ -56,6 +56,34 @@ class StateError(GputuiError):
     """The state file cannot be used; said in one line. The file is never overwritten."""
 
 
+_FULL_CODES = {"SQLITE_FULL"}
+_READONLY_PREFIX = "SQLITE_READONLY"
+
+
+def write_blocked(path: Path, exc: BaseException | None = None) -> str | None:
+    """Why the state folder will not take writes — "the disk is full", "the folder is
+    read-only" — or None when that is not the trouble (the error is something else)."""
+    import errno
+    import os
+
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    err_no = getattr(exc, "errno", None)
+    if name in _FULL_CODES or err_no in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    if name.startswith(_READONLY_PREFIX) or err_no == errno.EROFS:
+        return "the folder is read-only"
+    folder = path.parent
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    if st.f_flag & os.ST_RDONLY or not os.access(folder, os.W_OK):
+        return "the folder is read-only"
+    if st.f_bavail == 0 or (st.f_favail == 0 and st.f_files):
+        return "the disk is full"
+    return None
+
+
 # --- events -----------------------------------------------------------------------------
 
 
@@ -194,6 +222,8 @@ class SessionStore:
 
     def __init__(self, path: Path, *, history: int = HISTORY) -> None:
         self.path = Path(path)
+        # why writes are refused ("the disk is full", "the folder is read-only"), or None
+        self.read_only: str | None = None
         self._lock = threading.RLock()
         self._conn = self._connect()
         self._listeners: list[Callable[[Event], None]] = []
@@ -234,7 +264,8 @@ class SessionStore:
                 fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
                 os.close(fd)
             except OSError as exc:
-                raise StateError(f"{path}: cannot create the state file: {exc.strerror}") from None
+                why = write_blocked(path, exc) or exc.strerror
+                raise StateError(f"{path}: cannot create the state file: {why}") from None
         try:
             conn = sqlite3.connect(
                 path, timeout=15, isolation_level=None, check_same_thread=False
@@ -270,10 +301,38 @@ class SessionStore:
             conn.execute(_RUN_COSTS)
             conn.execute("SELECT count(*) FROM instances").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise StateError(
-                f"{path}: the state database is unreadable ({exc}); it was left untouched"
-            ) from None
+            with contextlib.suppress(Exception):
+                conn.close()
+            reason = write_blocked(path, exc)
+            if reason is None:
+                raise StateError(
+                    f"{path}: the state database is unreadable ({exc}); it was left untouched"
+                ) from None
+            # The file is fine; the disk or the folder will not take writes. Reading works:
+            # commands that only read go on, every write is refused saying why.
+            conn = self._connect_read_only(reason)
         return conn
+
+    def _connect_read_only(self, reason: str) -> sqlite3.Connection:
+        from urllib.parse import quote
+
+        path = self.path
+        uri = "file:" + quote(str(path.resolve()))
+        last: Exception | None = None
+        # mode=ro reads a WAL database when its -shm can be used; immutable=1 reads the file
+        # as it is without locks or side files (nothing can write to that disk now anyway)
+        for query in ("?mode=ro", "?mode=ro&immutable=1"):
+            try:
+                conn = sqlite3.connect(uri + query, uri=True, timeout=15, isolation_level=None,
+                                       check_same_thread=False)
+                conn.execute("SELECT count(*) FROM instances").fetchone()
+            except sqlite3.DatabaseError as exc:
+                last = exc
+                continue
+            self.read_only = reason
+            return conn
+        raise StateError(f"{path}: {reason}, and the state cannot be read either ({last}); "
+                         "it was left untouched")
 
     def close(self) -> None:
         with self._lock:
@@ -281,21 +340,30 @@ class SessionStore:
 
     # -- low level ----------------------------------------------------------------------------
 
+    def _write_error(self, exc: Exception) -> StateError:
+        why = write_blocked(self.path, exc)
+        if why is not None:
+            return StateError(f"{self.path}: cannot save the change: {why}; nothing was changed")
+        return StateError(f"{self.path}: cannot write state: {exc}")
+
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only is not None:
+            raise StateError(f"{self.path}: cannot save the change: {self.read_only}; "
+                             "nothing was changed")
         with self._lock:
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
-                raise StateError(f"{self.path}: cannot write state: {exc}") from None
+                raise self._write_error(exc) from None
             try:
                 yield conn
                 conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 with contextlib.suppress(sqlite3.DatabaseError):
                     conn.execute("ROLLBACK")
-                raise StateError(f"{self.path}: cannot write state: {exc}") from None
+                raise self._write_error(exc) from None
             except BaseException:
                 with contextlib.suppress(sqlite3.DatabaseError):
                     conn.execute("ROLLBACK")
