@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CENT = Decimal("0.01")
 SECONDS_PER_MONTH = 730 * 3600  # the usual cloud convention for "per GB-month"
@@ -314,6 +314,20 @@ class LedgerEntry(_Model):
         )
 
 
+# What a GPU can physically report; anything outside is a broken or hostile reading.
+SAMPLE_RANGES: dict[str, tuple[float, float]] = {
+    "utilization_gpu": (0, 100),
+    "utilization_memory": (0, 100),
+    "memory_used_mib": (0, 16 * 1024 * 1024),  # 16 TiB
+    "memory_total_mib": (0, 16 * 1024 * 1024),
+    "temperature_c": (-40, 150),
+    "power_draw_w": (0, 10_000),
+    "power_limit_w": (0, 10_000),
+    "fan_pct": (0, 100),
+    "sm_clock_mhz": (0, 20_000),
+}
+
+
 class GpuSample(_Model):
     """One reading of one GPU. Every source (nvidia-smi CSV/XML, NVML) produces this.
 
@@ -335,6 +349,23 @@ class GpuSample(_Model):
     sm_clock_mhz: float | None = None
     pstate: str | None = None
     mig_mode: str | None = None
+    # Figures no GPU can report (1e308 °C, -50 %, -1e300 MiB, NaN): the field is None (N/A on
+    # every screen, never a reading the idle check or a chart believes) and the raw value is
+    # kept here for `--json`.
+    out_of_range: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _in_range(self) -> GpuSample:
+        for name, (low, high) in SAMPLE_RANGES.items():
+            value = getattr(self, name)
+            if value is not None and not (low <= value <= high):  # NaN fails too
+                self.out_of_range[name] = value
+                object.__setattr__(self, name, None)
+        return self
+
+    def raw(self, name: str) -> float | str | None:
+        """The value as the source reported it (out of range or not)."""
+        return self.out_of_range.get(name, getattr(self, name))
 
     @property
     def memory_free_mib(self) -> float | None:

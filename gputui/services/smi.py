@@ -101,7 +101,8 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
     inv = {g.index: g for g in snap.inventory.gpus}
     gpus = []
     for s in snap.samples:
-        d = {k: getattr(s, k) for k in _GPU_KEYS}
+        d = {k: s.raw(k) for k in _GPU_KEYS}  # out-of-range values as reported (N/A on screen)
+        d["out_of_range"] = sorted(s.out_of_range)
         d["timestamp"] = s.timestamp.isoformat() if s.timestamp else None
         g = inv.get(s.index)
         if g is not None:
