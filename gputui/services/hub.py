@@ -104,6 +104,14 @@ class ProviderSet(MutableMapping[str, "Provider"]):
         return list(self._made.values())
 
 
+def keepalive_for(interval_s: float) -> dict[str, float | int]:
+    """SSH keepalive settings for a telemetry interval: a probe after twice the interval of
+    silence (2-10 s), the link declared down after two unanswered ones — a silent host shows
+    as stale for a few intervals, then reconnecting."""
+    every = min(10.0, max(2.0, 2.0 * interval_s))
+    return {"keepalive_interval": every, "keepalive_count_max": 2}
+
+
 def new_instance_id() -> str:
     return uuid.uuid4().hex[:10]
 
@@ -124,7 +132,11 @@ class Services:
         self.state_dir = state_dir or ensure_state_dir()
         # No ~/.ssh/config: an instance is reached exactly as recorded. Keys: the instance's own
         # key file, else the user's default keys and ssh-agent (bring-your-own hosts).
-        self._link_options = {"config": None, "connect_timeout": 10.0}
+        # Keepalives sized to the telemetry interval: a host that goes silent without closing
+        # the connection (frozen, a dropped route) is noticed in seconds, not a minute.
+        refresh = float(getattr(getattr(config, "ui", None), "refresh_seconds", 1.0) or 1.0)
+        self._link_options = {"config": None, "connect_timeout": 10.0,
+                              **keepalive_for(refresh)}
         self._link_options.update(link_options or {})
         ctx = ProviderContext(self.state_dir, config, self)
 
