@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gputui.config import Config
-from gputui.models import BillingRule, Instance, InstanceStatus, SSHEndpoint, utcnow
+from gputui.models import BillingRule, Granularity, Instance, InstanceStatus, SSHEndpoint, utcnow
 from gputui.services.hub import Services
 from gputui.store import Notice, SessionStore
 from tests.conftest import GPUTUI, run_gputui_env
@@ -171,3 +171,19 @@ def test_remote_stderr_is_not_printed_raw_by_extend_and_release(gputui_home: Pat
     assert raw_free(rel.stdout + rel.stderr)
     assert store.get_instance_sync(inst.id).status in (InstanceStatus.RUNNING,
                                                        InstanceStatus.RELEASING)
+
+
+async def test_every_path_that_names_an_instance_refuses_control_characters(services: Services):
+    """The console's New form and Add-host dialog go through these: the form shows the line."""
+    from gputui.errors import BadInput
+    from gputui.providers.base import CreateRequest
+    from gputui.services.hosts import add_ssh_host
+
+    offer = await services.find_offer("sandbox", "4090")
+    with pytest.raises(BadInput, match="name: control characters"):
+        await services.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id,
+                                                              name=HOSTILE))
+    with pytest.raises(BadInput, match="name: control characters"):
+        await add_ssh_host(services, SSHEndpoint(host="127.0.0.1", port=1), name=HOSTILE,
+                           gpu=None, price=Decimal(1), per=Granularity.SECOND)
+    assert services.store.instances_sync() == []
