@@ -113,6 +113,8 @@ class LeaseService:
         self._verified: set[str] = set()  # leases re-established since this process started
         self._retry_at: dict[str, float] = {}  # a missing layer: when to try it again
         self._retry_gap: dict[str, float] = {}
+        self._release_retry_at: dict[str, float] = {}  # a failed release: when to try again
+        self._release_gap: dict[str, float] = {}
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -262,14 +264,25 @@ class LeaseService:
                 result.errors.append(f"{inst.name}: kept: its results are not pulled yet")
                 continue
             if reason:
+                # a release that failed (already retried with backoff, STILL BILLING raised)
+                # is tried again later, 30 s doubling to 10 min: not on every tick
+                if time.monotonic() < self._release_retry_at.get(inst.id, 0.0):
+                    result.errors.append(f"{inst.name}: STILL BILLING — release failed; "
+                                         "retrying")
+                    continue
                 try:
                     if await self.services.release(inst, reason) is None:
                         continue  # released (or being released) by another process
                     result.released.append(inst.name)
+                    self._release_retry_at.pop(inst.id, None)
+                    self._release_gap.pop(inst.id, None)
                     self.store.notify(f"{inst.name} released ({reason})", "information",
                                       bell=True, instance_id=inst.id)
                 except ServiceError as exc:
                     result.errors.append(str(exc))
+                    gap = min(600.0, self._release_gap.get(inst.id, 15.0) * 2)
+                    self._release_gap[inst.id] = gap
+                    self._release_retry_at[inst.id] = time.monotonic() + gap
                     self.store.notify(f"{inst.name}: could not release: {exc}", "error",
                                       bell=True, instance_id=inst.id)
                 continue

@@ -30,7 +30,10 @@ class AcceptAndClose:
     once the client has said hello) before any login."""
 
     async def start(self) -> int:
+        self.accepted = 0
+
         async def close(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            self.accepted += 1
             await r.readline()
             w.close()
 
@@ -145,3 +148,27 @@ async def test_sshd_maxstartups_throttling_is_not_a_release(services: Services, 
     finally:
         held.close()
         host.stop()
+
+
+async def test_console_clock_backs_off_a_failing_release(services: Services):
+    """The console ticks every second: a release that keeps failing is not retried on every
+    tick (each try is already four attempts with backoff), and the instance stays live."""
+    from gputui.services.leases import LeaseService
+
+    listener = AcceptAndClose()
+    port = await listener.start()
+    try:
+        inst = await _add(services, SSHEndpoint(host="127.0.0.1", port=port), "late",
+                          overdue=True)
+        clock = LeaseService(services)
+        first = await clock.tick()
+        assert first.released == [] and first.errors
+        tried = listener.accepted
+        assert tried >= 1
+        for _ in range(5):
+            again = await clock.tick()
+            assert again.released == [] and "STILL BILLING" in " ".join(again.errors)
+        assert listener.accepted == tried  # no new connection: waiting out the backoff
+        assert services.store.get_instance_sync(inst.id).status.live
+    finally:
+        await listener.stop()
