@@ -212,6 +212,10 @@ _RUN_COSTS = """CREATE TABLE IF NOT EXISTS run_costs (
     instance_id TEXT NOT NULL, job_id TEXT NOT NULL, data TEXT NOT NULL, ended REAL NOT NULL,
     PRIMARY KEY (instance_id, job_id))"""
 
+# State files open in this process (resolved path -> how many stores), see `_connect`.
+_OPEN_PATHS: dict[str, int] = {}
+_OPEN_LOCK = threading.Lock()
+
 
 class UnknownInstance(NotFound, LookupError):
     """A name or id that matches no instance (or several): the user's input, not a failure."""
@@ -230,6 +234,9 @@ class SessionStore:
         self._telemetry: dict[str, InstanceTelemetry] = {}
         self._links: dict[str, tuple[LinkState, str | None]] = {}
         self._history = history
+        self._key = str(self.path.resolve())
+        with _OPEN_LOCK:
+            _OPEN_PATHS[self._key] = _OPEN_PATHS.get(self._key, 0) + 1
         # rows that could not be read ("instance ID" -> why), reported and skipped
         self.unreadable: dict[str, str] = {}
         self._last_change = self._max_change()
@@ -245,7 +252,16 @@ class SessionStore:
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
-        if path.exists() and path.stat().st_size > 0:
+        key = str(path.resolve())
+        with _OPEN_LOCK:
+            open_here = _OPEN_PATHS.get(key, 0) > 0
+        if open_here:
+            # Already open in this process (checked then). Reading it with a plain file handle
+            # now would be harmful: closing any descriptor of a file drops every POSIX lock this
+            # process holds on it — SQLite's shared lock included — and another process could
+            # then checkpoint and delete the WAL under the open connection.
+            pass
+        elif path.exists() and path.stat().st_size > 0:
             try:
                 with path.open("rb") as fh:
                     head = fh.read(16)
@@ -337,6 +353,12 @@ class SessionStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        with _OPEN_LOCK:
+            left = _OPEN_PATHS.get(self._key, 0) - 1
+            if left > 0:
+                _OPEN_PATHS[self._key] = left
+            else:
+                _OPEN_PATHS.pop(self._key, None)
 
     # -- low level ----------------------------------------------------------------------------
 

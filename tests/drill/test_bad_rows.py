@@ -3,13 +3,14 @@ reported, kept untouched and skipped; every other instance is listed, reaped and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import subprocess
 from datetime import timedelta
 from pathlib import Path
 
-from gputui.models import utcnow
+from gputui.models import Lease, utcnow
 from gputui.store import SessionStore
 from tests.conftest import GPUTUI, run_gputui_env
 
@@ -25,7 +26,7 @@ def test_a_zombie_row_blocks_nothing(gputui_home: Path):
                       "--release-after", "1h")
         assert made.returncode == 0, made.stderr
     db = gputui_home / "state.db"
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         data = json.loads(conn.execute("SELECT data FROM instances LIMIT 1").fetchone()[0])
         data.update(id="zombie1", name="zombie", status="zombie")
         zombie = json.dumps(data)
@@ -56,6 +57,27 @@ def test_a_zombie_row_blocks_nothing(gputui_home: Path):
     assert costs.returncode == 0
     assert sorted(r["name"] for r in json.loads(costs.stdout)) == ["healthy", "overdue"]
 
-    with sqlite3.connect(db) as conn:  # the bad row is exactly as it was
+    with contextlib.closing(sqlite3.connect(db)) as conn:  # the bad row is exactly as it was
         assert conn.execute("SELECT data, live FROM instances WHERE id='zombie1'").fetchone() \
             == (zombie, 1)
+
+
+def test_a_second_store_in_one_process_keeps_the_wal_safe(gputui_home: Path):
+    """Opening the state file again in a process that has it open must not drop SQLite's lock
+    (closing any descriptor of a file drops all of a process's POSIX locks on it): another
+    process would then checkpoint and delete the WAL under the open connection."""
+    db = gputui_home / "state.db"
+    first = SessionStore(db)
+    first.put_lease_sync(Lease(instance_id="a"))
+    second = SessionStore(db)
+    assert (gputui_home / "state.db-wal").exists()
+    listed = gputui(gputui_home, "instances")
+    assert listed.returncode == 0, listed.stderr
+    assert (gputui_home / "state.db-wal").exists()  # still ours: not checkpointed away
+    first.put_lease_sync(first.get_lease_sync("a").model_copy(update={"warned": [10]}))
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT count(*) FROM leases").fetchone() == (1,)
+    assert second.get_lease_sync("a").warned == [10]
+    first.close()
+    second.close()
