@@ -326,6 +326,7 @@ SAMPLE_RANGES: dict[str, tuple[float, float]] = {
     "fan_pct": (0, 100),
     "sm_clock_mhz": (0, 20_000),
 }
+_RANGE_ITEMS = tuple(SAMPLE_RANGES.items())
 
 
 class GpuSample(_Model):
@@ -356,11 +357,12 @@ class GpuSample(_Model):
 
     @model_validator(mode="after")
     def _in_range(self) -> GpuSample:
-        for name, (low, high) in SAMPLE_RANGES.items():
-            value = getattr(self, name)
+        fields = self.__dict__
+        for name, (low, high) in _RANGE_ITEMS:
+            value = fields[name]
             if value is not None and not (low <= value <= high):  # NaN fails too
                 self.out_of_range[name] = value
-                object.__setattr__(self, name, None)
+                fields[name] = None
         return self
 
     def raw(self, name: str) -> float | str | None:
