@@ -83,3 +83,38 @@ def test_add_ssh_command_timer_or_confirmed_no_timer(gputui_home: Path, tmp_path
         assert view["release_at"] is None and view["no_timer"] is True  # confirmed, and shown
     finally:
         host.stop()
+
+
+async def test_console_add_host_dialog_arms_the_default_timer(services: Services):
+    from textual.widgets import Input
+
+    from gputui.app import GpuTuiApp
+    from gputui.ui.dialogs import AddHostDialog
+
+    offer = await services.find_offer("sandbox", "4090")
+    box = await services.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id, name="box"))
+    host_root = services.provider("sandbox").instance_root(box.id)
+    app = GpuTuiApp(config=services.config, store=services.store, background=False,
+                    services=services)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, AddHostDialog)
+        dialog.query_one("#line", Input).value = (
+            f"ssh -p {box.ssh.port} -i {box.ssh.key_path} root@127.0.0.1")
+        dialog.query_one("#price", Input).value = "0.50"
+        dialog.query_one("#name", Input).value = "rented"
+        dialog.query_one("#gpu", Input).focus()
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        for _ in range(200):
+            await pilot.pause(0.05)
+            added = [i for i in services.store.instances_sync() if i.name == "rented"]
+            if added and services.store.get_lease_sync(added[0].id):
+                break
+        [inst] = [i for i in services.store.instances_sync() if i.name == "rented"]
+        lease = services.store.get_lease_sync(inst.id)
+        assert lease.release_at is not None and lease.on_instance_armed
+        assert power_state(host_root).status == "scheduled"
+        await services.release(inst, "manual")
