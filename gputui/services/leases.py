@@ -156,7 +156,9 @@ class LeaseService:
         problems: list[str] = []
         if provider.capabilities.power_off_stops_billing:
             try:  # the provider makes the instance reachable first (its endpoint may be new)
-                on_instance = await self._arm_on_instance(inst, lease, keep_watchdog=verify)
+                on_instance = await self._arm_on_instance(
+                    inst, lease, keep_watchdog=verify,
+                    keep_schedule=verify and not self._missing(inst, lease))
             except ServiceError as exc:
                 problems.append(f"on-instance timer: {exc}")
         provider_armed = False
@@ -176,15 +178,24 @@ class LeaseService:
         return lease
 
     async def _arm_on_instance(self, inst: Instance, lease: Lease, *,
-                               keep_watchdog: bool = False) -> bool:
+                               keep_watchdog: bool = False, keep_schedule: bool = False) -> bool:
+        """`keep_schedule`: the lease says this deadline was armed; check that the host still
+        has a shutdown scheduled (`shutdown --show`) and schedule it again only if not (a
+        reboot clears it), so a periodic `gputui reap` does not cancel and re-schedule — and
+        wall-message the host's users — every time."""
         commands = ["shutdown -c >/dev/null 2>&1 || true"]
         if lease.release_at is not None:
             commands.append(shutdown_command(lease.release_at))
+            if keep_schedule:
+                commands = ["if shutdown --show 2>&1 | grep -qi 'scheduled for'; then :; else",
+                            *commands, "fi"]
+        elif keep_schedule:
+            commands = []
         if lease.idle_util_pct is not None and lease.idle_minutes:
             commands.append(start_watchdog_command(lease.idle_util_pct, lease.idle_minutes,
                                                    self.idle_interval_s,
                                                    keep_running=keep_watchdog))
-        result = await self.services.run(inst, "\n".join(commands), timeout=30)
+        result = await self.services.run(inst, "\n".join(commands) or "true", timeout=30)
         if result.exit_status != 0:
             err = (result.stderr or result.stdout).strip().splitlines()
             raise ServiceError(err[-1] if err else f"exit {result.exit_status}")

@@ -82,3 +82,23 @@ async def test_an_unarmed_layer_is_retried_by_the_console_clock(services: Servic
     shown = await services.run(inst, "shutdown --show")
     assert "Shutdown scheduled" in shown.stdout + shown.stderr
     await services.release(inst, "manual")
+
+
+async def test_verifying_a_held_schedule_leaves_it_alone(services: Services):
+    """A periodic `gputui reap` checks the host's schedule and does not cancel and re-make a
+    good one each time (systemd tells every logged-in user about each)."""
+    from gputui.sandbox.shims.state import power_state
+
+    offer = await services.find_offer("sandbox", "4090")
+    inst = await services.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id, name="k"),
+                                 lease=Lease(instance_id="x",
+                                             release_at=utcnow() + timedelta(hours=1)))
+    await LeaseService(services).arm(inst)
+    root = services.provider("sandbox").instance_root(inst.id)
+    before = power_state(root)
+    assert before.status == "scheduled"
+    for _ in range(2):
+        assert (await LeaseService(services).reap()).errors == []
+    after = power_state(root)
+    assert (after.at, after.requested_at) == (before.at, before.requested_at)
+    await services.release(inst, "manual")
