@@ -255,7 +255,8 @@ async def test_a_day_before_the_wipe_it_says_so_once(services: Services, emu: Au
 
     said: list[str] = []
     services.store.subscribe(lambda e: said.append(e.text) if isinstance(e, Notice) else None)
-    inst = await rent(services)
+    # kept stopped for two weeks: a confirmed "no timer" (every instance gets one otherwise)
+    inst = await rent(services, Lease(instance_id="x", no_timer_confirmed=True))
     await services.stop(inst)
     leases = LeaseService(services)
     await leases.tick(utcnow() + timedelta(days=13))
