@@ -55,7 +55,7 @@ def test_a_zombie_row_blocks_nothing(gputui_home: Path):
     assert released.returncode == 0 and "released healthy" in released.stdout, released.stderr
     costs = gputui(gputui_home, "costs", "--json")
     assert costs.returncode == 0
-    assert sorted(r["name"] for r in json.loads(costs.stdout)) == ["healthy", "overdue"]
+    assert sorted(r["name"] for r in json.loads(costs.stdout)["rows"]) == ["healthy", "overdue"]
 
     with contextlib.closing(sqlite3.connect(db)) as conn:  # the bad row is exactly as it was
         assert conn.execute("SELECT data, live FROM instances WHERE id='zombie1'").fetchone() \
