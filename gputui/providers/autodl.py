@@ -182,12 +182,12 @@ def normalise_base_url(url: str) -> str:
     return url.removesuffix("/api/v1/dev").removesuffix("/api/v1")
 
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def clean(text: Any, limit: int = 120) -> str:
-    """Text from the API made safe for a terminal: no control or bidi characters, one line."""
-    return " ".join(_UNSAFE.sub(" ", str(text)).split())[:limit]
+    """Text from the API made safe for a terminal (gputui's one sanitiser): no escape
+    sequences, control or bidi characters, one line."""
+    from gputui.sanitize import sanitize
+
+    return sanitize(text, limit)
 
 
 # -- errors --------------------------------------------------------------------------------------
