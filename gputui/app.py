@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gputui.services.telemetry import TelemetryService
 
 from gputui.config import Config, config_dir, ensure_state_dir, set_theme, state_path
+from gputui.format import sum_as_shown
 from gputui.models import Instance, utcnow
 from gputui.services.hub import Services
 from gputui.services.leases import LeaseService
@@ -200,9 +201,9 @@ class GpuTuiApp(App[int]):
         out = []
         for cur in sorted({i.billing.currency for i in billing}, key=lambda c: (c != "USD", c)):
             mine = [i for i in billing if i.billing.currency == cur]
-            rate = sum((i.billing.price_per_hour for i in mine if i.status.billing_compute),
-                       Decimal(0))
-            out.append((cur, rate, sum((i.accrued(now) for i in mine), Decimal(0))))
+            # each the sum of the figures Home shows per row, so the bar adds up as read
+            rate = sum_as_shown(i.billing.price_per_hour for i in mine if i.status.billing_compute)
+            out.append((cur, rate, sum_as_shown(i.accrued(now) for i in mine)))
         return tuple(out)
 
     def refresh_meter(self, screen: Screen | None = None) -> None:
@@ -271,6 +272,12 @@ class GpuTuiApp(App[int]):
         if screen_bindings:
             groups.insert(0, (f"On this screen ({self.screen.TITLE or 'current'})", screen_bindings))
         self.push_screen(HelpScreen(groups))
+
+    def action_help_quit(self) -> None:
+        """ctrl+c does not quit (it copies in a text field): say which key does, in plain text
+        (Textual's own message is markup, and every notification here is shown literally)."""
+        self.notify("Press q to quit gputui (ctrl+c copies in a text field).",
+                    title="Do you want to quit?")
 
     def watch_theme(self, name: str) -> None:
         if self.is_running and self._remember_theme and name != self.config.ui.theme:

@@ -6,18 +6,51 @@ reads the same everywhere.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
+from collections.abc import Iterable
+from decimal import ROUND_HALF_UP, Decimal
 
-__all__ = ["CURRENCY_SYMBOLS", "fit_name", "format_money", "format_remaining", "short_gpu"]
+__all__ = ["CURRENCY_SYMBOLS", "default_label", "fit_name", "format_gib", "format_money",
+           "format_remaining", "round_money", "short_gpu", "sum_as_shown"]
 
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "CNY": "¥", "GBP": "£"}
 
 
-def format_money(value: Decimal | float, currency: str = "USD") -> str:
-    """`$1,234.50`, `¥8.20`; a currency without a symbol reads `12.00 CHF`."""
+CENT = Decimal("0.01")
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+def round_money(value: Decimal | float | int) -> Decimal:
+    """The one rounding rule for money shown: to the cent, halves up ($0.165 -> $0.17), done
+    once on the exact Decimal (a float is read through its shortest repr, never its binary
+    expansion)."""
+    amount = value if isinstance(value, Decimal) else Decimal(str(value))
+    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def sum_as_shown(values: Iterable[Decimal | float | int]) -> Decimal:
+    """A total that agrees with its column as a reader adds it: the sum of the rounded figures
+    ($0.35 + $0.17 + $0.17 reads $0.69, not the $0.68 of the exact sum)."""
+    return sum((round_money(v) for v in values), Decimal(0))
+
+
+def format_money(value: Decimal | float | int, currency: str = "USD") -> str:
+    """`$1,234.50`, `¥8.20`; a currency without a symbol reads `12.00 CHF`. Every amount of money
+    on a screen or from a command goes through here."""
     symbol = CURRENCY_SYMBOLS.get(currency)
-    amount = f"{Decimal(str(value)):,.2f}"
-    return f"{symbol}{amount}" if symbol else f"{amount} {currency}"
+    rounded = round_money(value)
+    sign = "-" if rounded < 0 else ""
+    amount = f"{abs(rounded):,.2f}"
+    return f"{sign}{symbol}{amount}" if symbol else f"{sign}{amount} {currency}"
+
+
+def format_gib(value: float | None, *, unit: str = "bytes", decimals: int = 1) -> str:
+    """GPU memory, one unit everywhere: GiB (what nvidia-smi's MiB add up to, and what a card
+    marketed as "24 GB" holds). `unit` is "bytes" or "mib"; unknown reads '?'."""
+    if value is None:
+        return "?"
+    gib = value / 1024 if unit == "mib" else value / GIB
+    return f"{gib:,.{decimals}f} GiB"
 
 
 def format_remaining(seconds: float | None) -> str:
@@ -49,6 +82,20 @@ def short_gpu(name: str | None) -> str:
         name = name.replace(word, "")
     name = name.replace(" (China SKU)", " CN").replace(" Generation", "")
     return re.sub(r"\s*\(HGX [^)]*\)", "", name).strip()
+
+
+def default_label(gpu: str) -> str:
+    """A task label made from a card's name: its model number and the letter after it, lower
+    case ('GeForce RTX 4090' -> '4090', 'RTX 4090 D (China SKU)' -> '4090d', 'H20 96GB (China
+    SKU)' -> 'h20'); never a piece of a parenthesis."""
+    words = re.sub(r"\([^)]*\)?", " ", short_gpu(gpu)).split()
+    for i, word in enumerate(words):
+        if any(ch.isdigit() for ch in word) and not word.upper().endswith("GB"):
+            label = word
+            if i + 1 < len(words) and len(words[i + 1]) == 1 and words[i + 1].isalpha():
+                label += words[i + 1]
+            return re.sub(r"[^a-z0-9-]", "", label.lower()) or "gpu"
+    return re.sub(r"[^a-z0-9]+", "-", " ".join(words).lower()).strip("-") or "gpu"
 
 
 def fit_name(name: str, width: int) -> str:

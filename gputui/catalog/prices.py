@@ -302,6 +302,15 @@ def rows_for(card: str, rows: Iterable[PriceRow], currency: str | None = "USD") 
     return [r for r in rows if r.gpu == card and (currency is None or r.currency == currency)]
 
 
+def _priced(rows: list[PriceRow], include_spot: bool) -> list[PriceRow]:
+    """The rows a lowest price is taken from: simulated (sandbox) prices only where nothing else
+    prices the card — so a card the sandbox sells shows the price the New screen charges, and a
+    catalog filtered to the sandbox shows the sandbox's own prices."""
+    rows = [r for r in rows if include_spot or not r.is_spot]
+    real = [r for r in rows if not r.simulated]
+    return real or rows
+
+
 def cheapest_quote(
     card: str,
     count: int,
@@ -310,11 +319,7 @@ def cheapest_quote(
     include_spot: bool = True,
 ) -> Quote | None:
     """The cheapest way to get `count` GPUs of `card` in one instance, or None if unpriced."""
-    quotes = [
-        quote(r, count)
-        for r in rows_for(card, rows, currency)
-        if (include_spot or not r.is_spot) and not r.simulated
-    ]
+    quotes = [quote(r, count) for r in _priced(rows_for(card, rows, currency), include_spot)]
     if not quotes:
         return None
     return min(quotes, key=lambda q: (q.per_hour, q.billed_gpus, q.row.provider, q.row.tier))
@@ -324,8 +329,7 @@ def lowest_price(
     card: str, rows: Iterable[PriceRow], currency: str = "USD", include_spot: bool = True
 ) -> PriceRow | None:
     """The row with the lowest per-GPU-hour price for `card` (any instance size)."""
-    candidates = [r for r in rows_for(card, rows, currency)
-                  if (include_spot or not r.is_spot) and not r.simulated]
+    candidates = _priced(rows_for(card, rows, currency), include_spot)
     if not candidates:
         return None
     return min(candidates, key=lambda r: (r.price_per_gpu_hour, r.provider, r.tier))

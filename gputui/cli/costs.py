@@ -53,7 +53,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     for row in rows:
         state = "running" if row["running"] else row["end_reason"]
         print(f"  {row['name'][:20]:<20} {row['gpu_count']}× {row['gpu'][:22]:<22} "
-              f"{state:<8} {row['total']:>10} {row['currency']}")
+              f"{state:<8} {format_money(Decimal(row['total']), row['currency']):>10}")
     if store.run_costs_sync():
         print("runs (queued with `gputui jobs`; part of the costs above): gputui costs --runs")
     return 0

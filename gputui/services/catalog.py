@@ -162,8 +162,10 @@ class Column:
 def _money(d: Decimal | None, places: int = 2, currency: str = "USD") -> str:
     if d is None:
         return "—"
-    from gputui.format import CURRENCY_SYMBOLS
+    from gputui.format import CURRENCY_SYMBOLS, format_money
 
+    if places == 2:  # a price: the one money rule (format.py)
+        return format_money(d, currency)
     symbol = CURRENCY_SYMBOLS.get(currency)
     return f"{symbol}{d:,.{places}f}" if symbol else f"{d:,.{places}f} {currency}"
 

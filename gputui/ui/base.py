@@ -9,10 +9,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from gputui.store import Event
-from gputui.ui.widgets import TopBar
+from gputui.ui.widgets import KeyFooter, TopBar
 
 if TYPE_CHECKING:
     from gputui.app import GpuTuiApp
@@ -42,7 +41,7 @@ class BaseScreen(Screen):
     def compose(self) -> ComposeResult:
         yield TopBar(id="topbar")
         yield from self.compose_body()
-        yield Footer(show_command_palette=False, compact=True)
+        yield KeyFooter(show_command_palette=False, compact=True)
 
     def compose_body(self) -> ComposeResult:
         yield from ()

@@ -10,19 +10,20 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from gputui.config import parse_duration
-from gputui.format import format_money, format_remaining
+from gputui.format import default_label, format_money, format_remaining
 from gputui.models import Lease, Offer, as_utc
 from gputui.ui.base import BaseScreen
+from gputui.ui.dialogs import ConfirmScreen
 
 COUNTS = [1, 2, 4, 8]
 
 
 def parse_release(text: str, now: datetime) -> datetime:
-    """`2h`, `90m`, `1h30m` from now, or a local clock time `18:30` (tomorrow if past)."""
+    """`2h`, `90m`, `1h30m` from now, or a local clock time `18:30` (tomorrow if past: callers
+    ask first, see `passed_clock_time`)."""
     raw = text.strip()
     if ":" in raw and len(raw) <= 5:
         try:
@@ -41,43 +42,16 @@ def parse_release(text: str, now: datetime) -> datetime:
     return now + delta
 
 
-class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question; `y` or enter confirms, `n` or escape declines."""
-
-    BINDINGS = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape", "answer(False)", "No"),
-    ]
-    DEFAULT_CSS = """
-    ConfirmScreen { align: center middle; }
-    ConfirmScreen > VerticalScroll {
-        width: 64; max-width: 100%; height: auto; border: thick $warning;
-        background: $surface; padding: 1 2;
-    }
-    ConfirmScreen Horizontal { height: auto; margin-top: 1; }
-    ConfirmScreen Button { margin-right: 2; }
-    """
-
-    def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
-        super().__init__()
-        self.question, self.yes, self.no = question, yes, no
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(self.question, id="question")
-            with Horizontal():
-                yield Button(f"{self.yes} (y)", variant="warning", id="yes")
-                yield Button(f"{self.no} (n)", id="no")
-
-    def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
-
-    def action_answer(self, value: bool) -> None:
-        self.dismiss(value)
-
-    @on(Button.Pressed)
-    def pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
+def passed_clock_time(text: str, at: datetime, now: datetime) -> str | None:
+    """When `text` was a clock time that has already passed today, the sentence that says so and
+    names the day it now means (`None` otherwise): 13:09 typed at 13:10 is a day of billing."""
+    raw = text.strip()
+    if ":" not in raw or at.astimezone().date() == now.astimezone().date():
+        return None
+    local = at.astimezone()
+    return (f"{raw} has passed today (it is {now.astimezone():%H:%M}): that means tomorrow, "
+            f"{local:%a %d %b} {local:%H:%M}, {format_remaining((at - now).total_seconds())} "
+            "from now")
 
 
 class CreateScreen(BaseScreen):
@@ -87,18 +61,21 @@ class CreateScreen(BaseScreen):
         Binding("escape", "app.goto('home')", "Back", show=False),
     ]
     DEFAULT_CSS = """
-    CreateScreen #form { padding: 0 1; }
-    CreateScreen .row { height: 1; margin-bottom: 1; }
+    CreateScreen #form { padding: 0 1; height: 1fr; }
+    /* one line a field, so that at 80x24 the summary, errors and progress below stay in view */
+    CreateScreen .row { height: 1; }
     CreateScreen .row Label { width: 12; }
-    /* the focused field's label is shown reversed: visible in 16 colours and without colour */
+    /* the focused field: its label reversed and a marker (visible in 16 colours and without) */
     CreateScreen .row:focus-within Label { text-style: reverse bold; }
+    CreateScreen .row:focus-within { background: $boost; }
     CreateScreen .row Input, CreateScreen .row Select { width: 1fr; }
     CreateScreen #idle-util, CreateScreen #idle-minutes { width: 10; }
     CreateScreen #idle-note { width: 1fr; color: $text-muted; padding-left: 1; }
     CreateScreen #no-timer { width: auto; height: 1; border: none; padding: 0; margin-left: 1; }
-    CreateScreen #summary { padding: 0 1; border-top: solid $primary; height: auto; }
-    CreateScreen #error { color: $error; padding: 0 1; height: auto; }
-    CreateScreen #progress { color: $success; padding: 0 1; height: auto; }
+    CreateScreen #outcome { height: auto; max-height: 60%; border-top: solid $primary; }
+    CreateScreen #summary { padding: 0 1; height: auto; }
+    CreateScreen #error { color: $error; text-style: bold; padding: 0 1; height: auto; }
+    CreateScreen #progress { color: $success; text-style: bold; padding: 0 1; height: auto; }
     """
 
     def __init__(self) -> None:
@@ -140,9 +117,11 @@ class CreateScreen(BaseScreen):
                 yield Input(id="idle-minutes", compact=True, placeholder="minutes", type="integer")
                 yield Static("optional: all GPUs under util % for N min",
                              id="idle-note")
-            yield Static("", id="summary")
+        # outside the scrolling form: what a key did is always in view
+        with VerticalScroll(id="outcome", can_focus=False):
             yield Static("", id="error")
             yield Static("", id="progress")
+            yield Static("", id="summary")
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -274,34 +253,51 @@ class CreateScreen(BaseScreen):
             source = offer.source if len(offer.source) <= 60 else offer.source[:59] + "…"
             lines.append(f"[dim]list price from {escape(source)}"
                          + (f" ({offer.as_of})" if offer.as_of else "") + "[/dim]")
+        problems: list[str] = []
         try:
             release_at = self._release_at(now)
-            error.update("")
         except ValueError as exc:
             error.update(f"Release: {escape(str(exc))}")
             summary.update("\n".join(lines))
             return
+        try:
+            disk = self._disk()
+        except ValueError as exc:
+            problems.append(str(exc))
+            disk = None
         if release_at is None:
             lines.append("[b reverse] NO TIMER [/] bills until you release it by hand")
         else:
+            passed = passed_clock_time(self.query_one("#release", Input).value, release_at, now)
+            if passed:
+                problems.append(f"Release: {passed}.")
             seconds = (release_at - now).total_seconds()
-            disk = self._disk()
-            projected = rule.compute_cost(seconds) + rule.storage_cost(disk, seconds)
-            lines.append(
-                f"Released at {release_at.astimezone():%a %H:%M} (in {format_remaining(seconds)})"
-                f" · projected cost [b]{format_money(projected, rule.currency)}[/b]"
-            )
+            if disk is None:
+                lines.append(f"Released at {release_at.astimezone():%a %H:%M}"
+                             f" (in {format_remaining(seconds)}) · fix the disk size for a cost")
+            else:
+                projected = rule.compute_cost(seconds) + rule.storage_cost(disk, seconds)
+                lines.append(
+                    f"Released at {release_at.astimezone():%a %H:%M} (in {format_remaining(seconds)})"
+                    f" · projected cost [b]{format_money(projected, rule.currency)}[/b]"
+                )
+        error.update(escape("\n".join(problems)))
         summary.update("\n".join(lines))
 
     def _default_name(self, offer: Offer) -> str:
         """The card's short name, numbered when that is taken: 4090, 4090-2, ..."""
-        return self.gapp.services.free_name(offer.gpu.split()[-1].lower())
+        return self.gapp.services.free_name(default_label(offer.gpu))
 
     def _disk(self) -> float:
+        """The disk size typed, or ValueError with the sentence to show."""
+        text = self.query_one("#disk", Input).value.strip()
         try:
-            return max(0.0, float(self.query_one("#disk", Input).value or 0))
+            disk = float(text)
         except ValueError:
-            return 0.0
+            raise ValueError("Disk: give a size in GB, between 1 and 100000.") from None
+        if not 1 <= disk <= 100_000:
+            raise ValueError(f"Disk: {text} GB is not a size; give between 1 and 100000 GB.")
+        return disk
 
     # -- creating -----------------------------------------------------------------------------------
 
@@ -329,9 +325,10 @@ class CreateScreen(BaseScreen):
             except ValueError:
                 error.update("Idle off: give both a utilisation (1-100 %) and minutes (1-1440).")
                 return
-        disk = self._disk()
-        if not 1 <= disk <= 100_000:
-            error.update("Disk: between 1 and 100000 GB.")
+        try:
+            disk = self._disk()
+        except ValueError as exc:
+            error.update(escape(str(exc)))
             return
         lease = Lease(instance_id="pending", release_at=release_at,
                       no_timer_confirmed=release_at is None,
@@ -345,6 +342,17 @@ class CreateScreen(BaseScreen):
                 "[b]No release timer[/b]\n\nThis instance will bill until you release it by hand. "
                 "It will carry a warning badge for as long as it runs.", "Rent without a timer",
                 "Go back"), confirmed)
+            return
+        passed = passed_clock_time(self.query_one("#release", Input).value, release_at,
+                                   self.gapp.now())
+        if passed:
+            def tomorrow(yes: bool | None) -> None:
+                if yes:
+                    self.rent(offer, lease, disk)
+
+            self.app.push_screen(ConfirmScreen(
+                f"[b]Release tomorrow?[/b]\n\n{escape(passed)}.", "Rent until tomorrow",
+                "Go back"), tomorrow)
             return
         self.rent(offer, lease, disk)
 

@@ -1,4 +1,4 @@
-"""Small dialogs: the release timer."""
+"""Small dialogs: a yes/no question, the release timer, adding a host rented elsewhere."""
 
 from __future__ import annotations
 
@@ -9,11 +9,50 @@ from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static
+from textual.widgets import Button, Input, Static
 
 from gputui.format import format_remaining
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question; `y` or enter confirms, `n` or escape declines."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > VerticalScroll {
+        width: 64; max-width: 100%; height: auto; border: thick $warning;
+        background: $surface; padding: 1 2;
+    }
+    ConfirmScreen Horizontal { height: auto; margin-top: 1; }
+    ConfirmScreen Button { margin-right: 2; }
+    """
+
+    def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
+        super().__init__()
+        self.question, self.yes, self.no = question, yes, no
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.question, id="question")
+            with Horizontal():
+                yield Button(f"{self.yes} (y)", variant="warning", id="yes")
+                yield Button(f"{self.no} (n)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
 
 
 class TimerDialog(ModalScreen[object]):
@@ -51,7 +90,7 @@ class TimerDialog(ModalScreen[object]):
 
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
-        from gputui.ui.create import parse_release
+        from gputui.ui.create import parse_release, passed_clock_time
 
         text = event.value.strip().lower()
         error = self.query_one("#timer-error", Static)
@@ -70,13 +109,11 @@ class TimerDialog(ModalScreen[object]):
         except ValueError as exc:
             error.update(escape(str(exc)))
             return
-        rolled = ":" in text and (at - now).total_seconds() > 12 * 3600
-        if rolled and self._tomorrow_pending != text:
-            # 23:00 typed at 23:12 is a day of billing away: say so before taking it
+        passed = passed_clock_time(text, at, now)
+        if passed and self._tomorrow_pending != text:
+            # 13:09 typed at 13:10 is a day of billing away: say which day before taking it
             self._tomorrow_pending = text
-            error.update(f"{escape(text)} has passed today: that is tomorrow, "
-                         f"{format_remaining((at - now).total_seconds())} from now. "
-                         "Press enter again to confirm.")
+            error.update(f"{escape(passed)}. Press enter again to confirm.")
             return
         self.dismiss(at)
 

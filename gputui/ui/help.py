@@ -2,28 +2,51 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.keys import format_key
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-
-def _key_label(binding: Binding) -> str:
-    return binding.key_display or binding.key.replace("question_mark", "?")
+_NAMES = {"escape": "esc", "enter": "enter", "space": "space", "tab": "tab"}
 
 
-def describe_bindings(groups: list[tuple[str, list[Binding]]]) -> str:
-    lines: list[str] = []
+def key_label(binding: Binding) -> str:
+    """How a binding's keys read: `[`, `?`, `ctrl+s`, `n / esc` (never `left_square_bracket` or
+    `n,escape`)."""
+    if binding.key_display:
+        return binding.key_display
+    labels = []
+    for key in binding.key.split(","):
+        key = key.strip()
+        mods, _, base = key.rpartition("+")
+        name = _NAMES.get(base) or format_key(base)
+        if mods:
+            name = f"{mods}+{name}"
+        labels.append(name)
+    return " / ".join(labels)
+
+
+def describe_bindings(groups: list[tuple[str, list[Binding]]]) -> Text:
+    """The keys as plain text (keys like `[` are not read as markup)."""
+    out = Text()
     for title, bindings in groups:
         shown = [b for b in bindings if b.description]
         if not shown:
             continue
-        lines.append(f"[b]{title}[/b]")
+        if out:
+            out.append("\n\n")
+        out.append(title, style="bold")
+        seen: set[str] = set()
         for b in shown:
-            lines.append(f"  {_key_label(b):<10} {b.description}")
-        lines.append("")
-    return "\n".join(lines).rstrip()
+            line = f"{key_label(b):<10} {b.description}"
+            if line in seen:  # the same key bound twice (app and screen): list it once
+                continue
+            seen.add(line)
+            out.append(f"\n  {line}")
+    return out
 
 
 class HelpScreen(ModalScreen[None]):
@@ -35,7 +58,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 72; max-width: 100%; height: auto; max-height: 90%;
+        width: 72; max-width: 100%; height: auto; max-height: 100%;
         border: round $primary; background: $surface; padding: 0 1;
     }
     """
@@ -46,5 +69,5 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static("[b]Keys[/b]  (esc closes)\n")
+            yield Static(Text.assemble(("Keys", "bold"), "  (esc closes, ↑/↓ scroll)\n"))
             yield Static(describe_bindings(self.groups), id="help-text")

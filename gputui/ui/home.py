@@ -245,7 +245,7 @@ class HomeScreen(BaseScreen):
         inst = self._selected_or_say()
         if inst is None:
             return
-        from gputui.ui.create import ConfirmScreen
+        from gputui.ui.dialogs import ConfirmScreen
 
         cost = format_money(inst.accrued(self.gapp.now()), inst.billing.currency)
         self.app.push_screen(
@@ -322,7 +322,7 @@ class HomeScreen(BaseScreen):
                 self.gapp.services, form["endpoint"], name=form["name"], gpu=form["gpu"],
                 price=form["price"], per=Granularity(form["per"]), accept_new_host_key=accept_new)
         except UnknownHostKeyError as exc:
-            from gputui.ui.create import ConfirmScreen
+            from gputui.ui.dialogs import ConfirmScreen
 
             self.app.push_screen(
                 ConfirmScreen(f"[b]Unknown host[/b] {escape(exc.where)}\n\nIts host key fingerprint is\n"

@@ -847,7 +847,7 @@ class MonitorScreen(BaseScreen):
         if iid is None or inst is None or proc is None:
             self.notify("No process selected.", severity="warning")
             return
-        from gputui.ui.create import ConfirmScreen
+        from gputui.ui.dialogs import ConfirmScreen
 
         sig = "KILL" if force else "TERM"
         what = escape(proc.name or "?")

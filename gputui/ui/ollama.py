@@ -411,7 +411,7 @@ class OllamaScreen(BaseScreen):
         return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
 
     async def _confirm(self, question: str, yes: str, no: str = "Cancel") -> bool:
-        from gputui.ui.create import ConfirmScreen
+        from gputui.ui.dialogs import ConfirmScreen
 
         return bool(await self.app.push_screen_wait(ConfirmScreen(question, yes, no)))
 

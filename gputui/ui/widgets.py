@@ -1,4 +1,4 @@
-"""Widgets shared by every screen: the top bar with the running cost meter."""
+"""Widgets shared by every screen: the top bar with the running cost meter, the key footer."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ from datetime import datetime
 from decimal import Decimal
 
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.reactive import reactive
-from textual.widgets import Static
+from textual.widgets import Footer, Static
+from textual.widgets._footer import FooterKey
 
 from gputui.format import format_money
 
@@ -88,3 +90,39 @@ def show(static: Static, content: Text | str) -> None:
     static._gputui_shown = text  # type: ignore[attr-defined]
     static._gputui_lines = lines  # type: ignore[attr-defined]
     static.update(text, layout=layout)
+
+
+class KeyFooter(Footer):
+    """The footer, cut by whole keys: the screen's own keys first, then the other screens'
+    (the key of the screen on view is left out); what does not fit in the width is dropped
+    whole — never a key cut to "m Monito" — and `?` (always first) then reads "More keys"."""
+
+    def compose(self) -> ComposeResult:
+        keys = [w for w in super().compose() if isinstance(w, FooterKey)]
+        mode = getattr(self.app, "current_mode", None)
+        keys = [k for k in keys if k.action != f"app.goto('{mode}')" and k.action != f"goto('{mode}')"]
+        width = (self.size.width or self.app.size.width) - 1
+        used, kept = 0, []
+        for key in keys:
+            need = len(key.key_display) + (1 + len(key.description) if key.description else 0) + 1
+            if used + need > width:
+                break
+            kept.append(key)
+            used += need
+        if len(kept) < len(keys):
+            for i, key in enumerate(kept):
+                if key.key_display == "?":
+                    more = FooterKey(key.key, "?", "More keys", key.action)
+                    more.data_bind(compact=Footer.compact)
+                    kept[i] = more
+                    extra = len("More keys") - len(key.description)
+                    while kept and used + extra > width:
+                        used -= len(kept[-1].key_display) + len(kept[-1].description) + 2
+                        kept.pop()
+        self.styles.grid_size_columns = max(1, len(kept))
+        yield from kept
+
+    def on_resize(self) -> None:
+        if getattr(self, "_laid_for", None) != self.size.width:
+            self._laid_for = self.size.width
+            self.call_after_refresh(self.recompose)

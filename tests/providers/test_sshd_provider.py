@@ -137,8 +137,7 @@ async def test_console_add_host_asks_once_about_the_host_key(sshd, gputui_home: 
     from textual.widgets import Input
 
     from gputui.app import GpuTuiApp
-    from gputui.ui.create import ConfirmScreen
-    from gputui.ui.dialogs import AddHostDialog
+    from gputui.ui.dialogs import AddHostDialog, ConfirmScreen
 
     store = SessionStore(gputui_home / "state.db")
     app = GpuTuiApp(config=Config(), store=store, background=False,

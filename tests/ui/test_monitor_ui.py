@@ -15,7 +15,7 @@ from gputui.config import Config
 from gputui.models import BillingRule, Instance, InstanceStatus
 from gputui.services.hub import Services
 from gputui.services.telemetry import TelemetryService
-from gputui.ui.create import ConfirmScreen
+from gputui.ui.dialogs import ConfirmScreen
 from gputui.ui.livetable import LiveTable
 from gputui.ui.monitor import (
     MonitorScreen,

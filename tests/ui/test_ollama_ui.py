@@ -19,7 +19,7 @@ from gputui.providers.base import CreateRequest
 from gputui.sandbox.shims import state
 from gputui.services.hub import ServiceError, Services
 from gputui.store import SessionStore
-from gputui.ui.create import ConfirmScreen
+from gputui.ui.dialogs import ConfirmScreen
 from gputui.ui.ollama import (
     OllamaScreen,
     env_line,

@@ -13,8 +13,8 @@ from gputui.config import Config
 from gputui.models import InstanceStatus
 from gputui.services.hub import Services
 from gputui.store import SessionStore
-from gputui.ui.create import ConfirmScreen, CreateScreen
-from gputui.ui.dialogs import TimerDialog
+from gputui.ui.create import CreateScreen
+from gputui.ui.dialogs import ConfirmScreen, TimerDialog
 
 
 def make_app(home: Path) -> GpuTuiApp:
