@@ -189,6 +189,7 @@ class HintRules:
     idle_memory_mib: float = 256.0
     low_util_s: float = 180.0
     low_util_min_pct: float = 5.0
+    low_util_recent_s: float = 20.0  # the last readings must agree, else the hint clears
     memory_full_ratio: float = 0.95
     hot_c: float = 85.0
     power_ratio: float = 0.97
@@ -346,7 +347,11 @@ def evaluate_hints(
         # Stuck under 50 % for minutes: an input-pipeline bottleneck.
         if procs and trend is not None:
             mean = trend.holds(now, rules.low_util_s)
-            if mean is not None and rules.low_util_min_pct <= mean < rules.busy_pct:
+            # the window still holds minutes of idling when a job starts: the recent readings
+            # must be under the line too, or "has stayed under 50 %" is not true now
+            recent = trend.window(now, min(rules.low_util_recent_s, rules.low_util_s))
+            if mean is not None and rules.low_util_min_pct <= mean < rules.busy_pct \
+                    and (recent is None or recent < rules.busy_pct):
                 hints.append(Hint(
                     "low-util",
                     f"GPU {i} has stayed under {rules.busy_pct:.0f} % ({mean:.0f} % on average) "

@@ -92,6 +92,21 @@ def test_stuck_under_half_for_minutes_is_an_input_pipeline_hint() -> None:
     assert "low-util" not in [h.code for h in evaluate_hints([spiky[-1]], [], trends, now, RULES)]
 
 
+def test_the_low_util_hint_clears_when_a_job_starts_after_idling() -> None:
+    """Minutes of idling then a busy job: the 2-minute mean is still under 50 %, but the
+    current readings say otherwise, so no "stayed under 50 %" hint (issue 16, item 9)."""
+    procs = [ProcessSample(pid=7, gpu_index=0, used_memory_mib=2000)]
+    idle_then_busy = [sample(0, 6)] * 100 + [sample(0, 98)] * 30
+    trends, now = history({0: idle_then_busy})
+    assert trends[0].holds(now, RULES.low_util_s) < RULES.busy_pct  # the window alone says "low"
+    hints = evaluate_hints([idle_then_busy[-1]], procs, trends, now, RULES)
+    assert "low-util" not in [h.code for h in hints]
+    # while it was still low, the hint was there
+    low = [sample(0, 20)] * 130
+    trends, now = history({0: low})
+    assert ("low-util", 0) in codes(evaluate_hints([low[-1]], procs, trends, now, RULES))
+
+
 def test_memory_nearly_full_hot_and_power_capped() -> None:
     s = sample(0, 99, used=23900, total=24000, temp=88, draw=449, limit=450)
     trends, now = history({0: [s] * 12})

@@ -93,7 +93,7 @@ async def test_live_instance_under_load_at_80x24_keyboard_only(services: Service
         # grouped: the instance row, then one compact row per GPU
         assert row_keys(table)[:3] == [inst.id, f"{inst.id}/0", f"{inst.id}/1"]
         assert cells(table, inst.id)[0] == "▾ train"
-        assert "10.0/24.0G" in cells(table, f"{inst.id}/0")[2]
+        assert "10.0/24.0" in cells(table, f"{inst.id}/0")[2]
         assert cells(table, inst.id)[-1] == "live"
         # everything fits in 80 columns
         assert table.virtual_size.width <= 80
@@ -111,7 +111,7 @@ async def test_live_instance_under_load_at_80x24_keyboard_only(services: Service
         procs = screen.query_one("#procs", DataTable)
         await wait_for(lambda: str(pid) in procs.rows, what="the load in the process table")
         row = cells(procs, str(pid))
-        assert row[2] == "0" and row[3] == "10240 MiB" and row[4] == "python train.py"
+        assert row[2] == "0" and row[3] == "10.0 GiB" and row[4] == "python train.py"
         panels = list(screen.query(".gpu-panel"))
         assert len(panels) == 2
         panel = str(panels[0].render())
@@ -271,7 +271,7 @@ def test_bars_sparklines_and_ages_read_without_colour() -> None:
     assert sparkline([None, 100], 4).plain == "   █"
     assert sparkline([10, 20], 2, top=None).plain == "▅█"
     assert fmt_age(0.42) == "0.4s" and fmt_age(75) == "75s" and fmt_age(600) == "10m"
-    assert fmt_mem(10240, 24564) == "10.0/24.0G" and fmt_mem(1024, 144384) == "1/141G"
+    assert fmt_mem(10240, 24564) == "10.0/24.0" and fmt_mem(1024, 144384, " GiB") == "1/141 GiB"
     assert isinstance(bar(1, 1), Text)
 
 
@@ -293,14 +293,14 @@ def test_long_instance_names_keep_the_end_that_tells_them_apart() -> None:
 OVERVIEW_80x24 = """\
  every 0.5 s (+/-) · 1 instance · 1 GPU · enter details
  Instance / GPU  Util        Memory GiB        Temp  Power      State / hints
- ▾ a100          1× GPU      0.0/40.0G               67/400W    live
-  0 A100-SXM4-…  ·····  N/A  ····· 0.0/40.0G   36°   67/400W
-    └ 3g.20gb    GI1 CI0     ····· 0.0/19.5G                    MIG
-    └ 3g.20gb    GI2 CI0     ····· 0.0/19.5G                    MIG"""
+ ▾ a100          1× GPU      0.0/40.0                67/400W    live
+  0 A100-SXM4-…  ·····  N/A  ····· 0.0/40.0    36°   67/400W
+    └ 3g.20gb    GI1 CI0     ····· 0.0/19.5                     MIG
+    └ 3g.20gb    GI2 CI0     ····· 0.0/19.5                     MIG"""
 
 DETAIL_80x24 = """\
- every 0.5 s (+/-) · 1 instance · 1 GPU · esc: all instances · [ ] prev/next
- a100 · 1× A100 SXM4 · driver 510.47.03 · CUDA 11.6 · live (0.0s ago)
+ esc: all · [ ]: prev/next 1 of 1 · every 0.5 s (+/-)
+ a100 · 1× A100 SXM4 · live (0.0s ago) · driver 510.47.03 · CUDA 11.6
  GPU 0 A100-SXM4-40GB · 36°C · fan N/A · SM 1410 MHz · P0 · PCIe 4×16
  util ·················· N/A
  mem  ·················· 0.0/40.0 GiB                                       ▁

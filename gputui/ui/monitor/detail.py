@@ -1,0 +1,138 @@
+"""The monitor's detail view of one instance: its state line, a diagnosis with the fix, a panel
+per GPU (bars and history), hints, and its processes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Static
+
+from gputui.format import short_gpu
+from gputui.models import LinkState
+from gputui.services.telemetry import LOCAL_ID
+from gputui.ui.monitor.processes import Processes
+from gputui.ui.monitor.render import fmt_age, gpu_panel_text, state_label
+from gputui.ui.widgets import show
+
+if TYPE_CHECKING:
+    from gputui.ui.monitor.screen import MonitorScreen
+
+
+class Detail(Vertical):
+    DEFAULT_CSS = """
+    Detail { height: 1fr; display: none; }
+    Detail #detail-head { height: auto; max-height: 2; padding: 0 1; }
+    Detail #gpu-panels { height: auto; max-height: 60%; padding: 0 1; }
+    Detail .gpu-panel { height: auto; margin-bottom: 0; }
+    Detail #diag { height: auto; padding: 0 1; display: none; }
+    Detail #hints { height: auto; max-height: 4; padding: 0 1; }
+    """
+
+    def __init__(self, monitor: MonitorScreen, **kw) -> None:
+        super().__init__(**kw)
+        self.monitor = monitor
+        self.panels: dict[int, Static] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="detail-head")
+        yield Static("", id="diag")
+        with VerticalScroll(id="gpu-panels", can_focus=False):
+            yield Static("", id="panel-wait")
+        yield Static("", id="hints")
+        yield Processes(id="processes")
+
+    @property
+    def processes(self) -> Processes:
+        return self.query_one(Processes)
+
+    def reset(self) -> None:
+        """Another instance: nothing of the last one stays."""
+        self.processes.clear()
+        for panel in self.panels.values():
+            panel.remove()
+        self.panels.clear()
+
+    def _panel_width(self) -> int:
+        return max(40, (self.monitor.size.width or 80) - 4)
+
+    def refresh_for(self, iid: str | None) -> None:
+        m = self.monitor
+        inst = m.instance(iid)
+        head = self.query_one("#detail-head", Static)
+        if inst is None or iid is None:
+            show(head, Text("This instance is no longer running (esc: all instances).",
+                             style="dim"))
+            return
+        st = m.status_of(iid)
+        svc = m.service
+        inv = svc.inventory(iid) if svc is not None else None
+        state, style = state_label(st, inst)
+        line = Text.assemble((inst.name, "bold"))
+        if iid != LOCAL_ID:
+            line.append(f" · {inst.gpu_count}× {short_gpu(inst.gpu)}")
+        line.append(" · ")
+        line.append(state, style=style)
+        if st is not None and st.age_s is not None and not st.stale:
+            line.append(f" ({fmt_age(st.age_s)} ago)", style="dim")
+        if inv is not None:  # after the state: a narrow pane cuts this first
+            line.append(f" · driver {inv.driver_version or '?'} · CUDA {inv.cuda_version or '?'}",
+                        style="dim")
+        if st is not None and st.link_detail and st.link != LinkState.CONNECTED:
+            line.append(f"\n{st.link.value}: {st.link_detail}", style="yellow")
+            if st.age_s is not None:
+                line.append(f" — last data {fmt_age(st.age_s)} ago", style="yellow")
+        show(head, line)
+
+        diag = self.query_one("#diag", Static)
+        if st is not None and st.diagnosis is not None:
+            d = st.diagnosis
+            t = Text.assemble(("⚠ " + d.problem, "bold red"), "\n", ("Fix: ", "bold"), d.fix)
+            if d.detail:
+                t.append(f"\n(said: {d.detail})", style="dim")
+            show(diag, t)
+            diag.display = True
+        else:
+            diag.display = False
+
+        self._refresh_panels(iid, diagnosed=bool(st and st.diagnosis))
+        hints = m.hints_of(iid)
+        hint_box = self.query_one("#hints", Static)
+        if hints:
+            show(hint_box, Text("\n").join(Text("⚑ " + h.text, style="yellow") for h in hints))
+            hint_box.display = True
+        else:
+            hint_box.display = False
+        self.processes.update_from(list(m.gapp.store.telemetry(iid).processes))
+
+    def _refresh_panels(self, iid: str, diagnosed: bool) -> None:
+        m = self.monitor
+        box = self.query_one("#gpu-panels", VerticalScroll)
+        latest = [] if diagnosed else m.latest(iid)
+        wanted = {s.index for s in latest}
+        for idx in [i for i in self.panels if i not in wanted]:
+            self.panels.pop(idx).remove()
+        tel = m.gapp.store.telemetry(iid)
+        width = self._panel_width()
+        new: list[Static] = []
+        for s in latest:
+            text = gpu_panel_text(s, tel.history.get(s.index), m.inventory_gpu(iid, s.index),
+                                  [h for h in m.hints_of(iid) if h.gpu_index == s.index], width)
+            panel = self.panels.get(s.index)
+            if panel is None:
+                panel = self.panels[s.index] = Static(text, classes="gpu-panel")
+                new.append(panel)
+            else:
+                show(panel, text)
+        if new:
+            box.mount_all(new)
+        wait = box.query_one("#panel-wait", Static)
+        if not latest and not diagnosed:
+            st = m.status_of(iid)
+            show(wait, Text(st.note if st and st.note else "waiting for the first sample…",
+                             style="dim italic"))
+            wait.display = True
+        else:
+            wait.display = False

@@ -1,0 +1,283 @@
+"""Monitor rendering, pure: bars, sparklines, ages, memory and power figures, state labels, the
+overview's columns, the lines under the table and a GPU's panel in the detail view."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+
+from gputui.format import short_gpu
+from gputui.models import GpuInventory, GpuSample, Instance, InstanceStatus, LinkState
+from gputui.services.telemetry import LOCAL_ID, Hint, WatchStatus
+from gputui.store import GpuHistory
+
+BLOCKS = " ▏▎▍▌▋▊▉"
+SPARKS = "▁▂▃▄▅▆▇█"
+EMPTY = "·"
+
+# Diagnosis codes as a few words for a table cell.
+DIAG_SHORT = {
+    "nvidia-smi-missing": "no nvidia-smi",
+    "driver-not-loaded": "no driver",
+    "driver-library-mismatch": "drv mismatch",
+    "nvml-unknown-error": "NVML error",
+    "no-devices": "no GPUs seen",
+    "permission-denied": "no permission",
+    "gpu-lost": "GPU lost",
+    "nvml-library-missing": "no NVML",
+    "nvml-function-missing": "NVML too old",
+    "nvidia-smi-failed": "smi failed",
+    "ssh-auth": "login refused",
+    "ssh-host-key": "host key!",
+    "ssh-unreachable": "unreachable",
+    "ssh-error": "ssh error",
+    "unavailable": "unavailable",
+    "internal": "error",
+}
+
+SORTS: list[tuple[str, Any]] = [
+    ("memory", lambda p: (-(p.used_memory_mib or 0), p.pid)),
+    ("pid", lambda p: (p.pid,)),
+    ("gpu", lambda p: (p.gpu_index if p.gpu_index is not None else 999, -(p.used_memory_mib or 0))),
+    ("user", lambda p: ((p.user or "~").lower(), p.pid)),
+    ("command", lambda p: ((p.name or "~").lower(), p.pid)),
+]
+
+
+
+def level_style(pct: float | None) -> str:
+    """Readable with 16 colours: green / yellow / red, and the bar length says it anyway."""
+    if pct is None:
+        return "dim"
+    return "red" if pct >= 90 else "yellow" if pct >= 60 else "green"
+
+
+def bar(pct: float | None, width: int, style: str | None = None) -> Text:
+    """A horizontal bar of `width` cells (eighth-cell precision); N/A is a dim dotted line."""
+    width = max(1, width)
+    if pct is None:
+        return Text(EMPTY * width, style="dim")
+    pct = max(0.0, min(100.0, pct))
+    cells = pct / 100 * width
+    full = int(cells)
+    frac = int((cells - full) * 8)
+    filled = "█" * full + (BLOCKS[frac] if full < width and frac else "")
+    text = Text(filled, style=style or level_style(pct))
+    text.append(EMPTY * (width - len(filled)), style="dim")
+    return text
+
+
+def sparkline(values: Sequence[float | None], width: int, top: float | None = 100.0) -> Text:
+    """The last `width` values as ▁..█ (scaled to `top`, else to their maximum)."""
+    if width <= 0:
+        return Text("")
+    vals = list(values)[-width:]
+    known = [v for v in vals if v is not None]
+    scale = top if top else (max(known) if known else 0)
+    out = []
+    for v in vals:
+        if v is None or not scale:
+            out.append(" ")
+        else:
+            level = int(max(0.0, min(1.0, v / scale)) * (len(SPARKS) - 1) + 0.5)
+            out.append(SPARKS[level])
+    return Text("".join(out).rjust(width), style="cyan")
+
+
+def fmt_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.0f}h"
+
+
+def fmt_mem(used: float | None, total: float | None, unit: str = "") -> str:
+    """`18.0/24.0` GiB (the unit where the caller has no header saying it: `unit=" GiB"`)."""
+    def g(mib: float | None, decimals: int) -> str:
+        return "?" if mib is None else f"{mib / 1024:.{decimals}f}"
+
+    big = (total or used or 0) >= 100 * 1024
+    d = 0 if big else 1
+    return f"{g(used, d)}/{g(total, d)}{unit}"
+
+
+def fmt_power(draw: float | None, limit: float | None) -> str:
+    def w(v: float | None) -> str:
+        return "?" if v is None else f"{v:.0f}"
+
+    if draw is None and limit is None:
+        return "N/A"
+    return f"{w(draw)}/{w(limit)}W"
+
+
+def mem_pct(s: GpuSample) -> float | None:
+    if s.memory_used_mib is None or not s.memory_total_mib:
+        return None
+    return s.memory_used_mib / s.memory_total_mib * 100
+
+
+def state_label(st: WatchStatus | None, inst: Instance) -> tuple[str, str]:
+    """(short state for a table cell, style)."""
+    if st is None:
+        return "no service", "dim"
+    if not st.watching:
+        if inst.status != InstanceStatus.RUNNING:
+            return inst.status.value, "dim"
+        return "not watched", "dim"
+    if st.diagnosis is not None:
+        return "⚠ " + DIAG_SHORT.get(st.diagnosis.code, "error"), "bold red"
+    if st.link == LinkState.RECONNECTING:
+        return "⟳ reconnecting", "bold yellow"
+    if st.link == LinkState.CONNECTING:
+        return "connecting…", "yellow"
+    if st.link == LinkState.FAILED:
+        return "⚠ link failed", "bold red"
+    if st.age_s is None:
+        return "waiting…", "dim"
+    if st.stale:
+        return f"stale {fmt_age(st.age_s)}", "bold yellow"
+    return "live", "green"
+
+
+class SortText(Text):
+    """A cell that carries its row's sort key (rows are sorted on it after inserts)."""
+
+    def __init__(self, text: Text | str, order: tuple) -> None:
+        if isinstance(text, Text):
+            super().__init__(text.plain, style=text.style, no_wrap=True)
+            for span in text.spans:
+                self.spans.append(span)
+        else:
+            super().__init__(text, no_wrap=True)
+        self.order = order
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, SortText) and self.order == other.order
+                and super().__eq__(other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    width: int | None
+
+
+NARROW = [
+    Column("gpu", "Instance / GPU", 14),
+    Column("util", "Util", 10),
+    Column("mem", "Memory GiB", 16),
+    Column("temp", "Temp", 4),
+    Column("power", "Power", 9),
+]
+WIDE_EXTRA = [
+    Column("fan", "Fan", 4),
+    Column("sm", "SM MHz", 6),
+    Column("hist", "Util history", 30),
+]
+WIDE_AT = 136  # where fan, SM clock and a 30-cell history fit beside a readable note
+HISTORY_AT = 96  # a tmux pane beside a training run is often ~100 columns: room for a sparkline
+
+
+def overview_columns(width: int) -> list[Column]:
+    cols = list(NARROW)
+    if width >= WIDE_AT:
+        cols += WIDE_EXTRA
+        cols[0] = Column("gpu", "Instance / GPU", 24)
+    elif width >= HISTORY_AT:
+        cols.append(Column("hist", "Util history", min(30, width - 84)))
+    used = sum((c.width or 0) + 2 for c in cols)
+    note = max(10, width - used - 4)
+    cols.append(Column("note", "State / hints", note))
+    return cols
+
+
+def status_text(inst: Instance, st: WatchStatus | None, hints: Sequence[Hint],
+                limit: int = 5) -> Text:
+    """The lines under the overview table for the instance under the cursor."""
+    lines: list[Text] = []
+    state, style = state_label(st, inst)
+    head = Text.assemble((inst.name, "bold"), ": ", (state, style))
+    if st is not None and st.age_s is not None:
+        head.append(f" · last data {fmt_age(st.age_s)} ago", style="dim")
+    lines.append(head)
+    if st is not None and st.link not in (LinkState.CONNECTED, LinkState.UNKNOWN) \
+            and st.link_detail and (inst.id != LOCAL_ID):
+        lines.append(Text(f"{st.link.value}: {st.link_detail}", style="yellow"))
+    if st is not None and st.diagnosis is not None:
+        lines.append(Text("⚠ " + st.diagnosis.problem, style="bold red"))
+        lines.append(Text.assemble(("Fix: ", "bold"), st.diagnosis.fix))
+    for h in hints:
+        lines.append(Text("⚑ " + h.text, style="yellow"))
+    if len(lines) == 1 and st is not None and st.watching:
+        lines.append(Text("enter: GPUs in detail, history, processes (kill)", style="dim"))
+    return Text("\n").join(lines[:limit])
+
+
+def _recent(history: GpuHistory | None, name: str, n: int) -> list[float | None]:
+    return history.last(name, n) if history is not None and n > 0 else []
+
+
+def gpu_panel_text(s: GpuSample, history: GpuHistory | None, inv: GpuInventory | None,
+                   hints: Sequence[Hint], width: int) -> Text:
+    """One GPU in the detail view: title line, util / memory / power bars with sparklines,
+    then its MIG devices."""
+    bar_w = max(10, min(40, (width - 20) // 3))
+    val_w = 14
+    spark_w = max(0, min(120, width - 5 - bar_w - 1 - val_w - 1))
+    title = Text.assemble((f"GPU {s.index} ", "bold"), short_gpu(s.name or (inv and inv.name)))
+    if s.temperature_c is not None:
+        title.append(" · ")
+        title.append(f"{s.temperature_c:.0f}°C",
+                     style="bold red" if s.temperature_c >= 85 else "")
+    title.append(f" · fan {s.fan_pct:.0f}%" if s.fan_pct is not None else " · fan N/A")
+    title.append(f" · SM {s.sm_clock_mhz:.0f} MHz" if s.sm_clock_mhz is not None else "")
+    if s.pstate:
+        title.append(f" · {s.pstate}")
+    if inv is not None and inv.pcie_gen:
+        title.append(f" · PCIe {inv.pcie_gen}×{inv.pcie_width or '?'}", style="dim")
+    if hints:
+        title.append("  ⚑ " + " ".join(h.short for h in hints), style="bold yellow")
+    util = s.utilization_gpu
+    mp = mem_pct(s)
+    limit = s.power_limit_w or (inv.power_limit_w if inv else None)
+    pp = (s.power_draw_w / limit * 100) if (s.power_draw_w is not None and limit) else None
+    total = s.memory_total_mib
+
+    def row(label: str, pct: float | None, value: str, values: list[float | None],
+            top: float | None) -> Text:
+        return Text.assemble(
+            (f"{label:<5}", "bold"), bar(pct, bar_w), " ", value[:val_w].ljust(val_w), " ",
+            sparkline(values, spark_w, top),
+        )
+
+    lines = [
+        title,
+        row("util", util, f"{util:.0f}%" if util is not None else "N/A",
+            _recent(history, "util", spark_w), 100),
+        row("mem", mp, fmt_mem(s.memory_used_mib, total, " GiB"),
+            _recent(history, "mem_pct", spark_w), 100),
+        row("pwr", pp, fmt_power(s.power_draw_w, limit).replace("W", " W"),
+            _recent(history, "power_w", spark_w), limit),
+    ]
+    for mig in (inv.mig_devices if inv else []):
+        mpct = (mig.memory_used_mib / mig.memory_total_mib * 100
+                if mig.memory_used_mib is not None and mig.memory_total_mib else None)
+        lines.append(Text.assemble(
+            ("  └ MIG ", "dim"), (mig.profile or "?", "bold"),
+            f"  GI {mig.gi_id if mig.gi_id is not None else '?'}"
+            f" CI {mig.ci_id if mig.ci_id is not None else '?'}  ",
+            bar(mpct, 10), " ", fmt_mem(mig.memory_used_mib, mig.memory_total_mib, " GiB"),
+        ))
+    return Text("\n").join(lines)
+
