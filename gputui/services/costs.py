@@ -192,16 +192,27 @@ class BudgetAlert:
     spent: Decimal
     cap: Decimal
     instance_id: str | None = None
-
     currency: str = "USD"
+    instance_name: str | None = None
+
+    @property
+    def percent(self) -> int:
+        """What has been spent, as a share of the cap (the level is only the threshold crossed:
+        $0.13 of $0.10 is 130 %, as the Costs screen says, not "100 %")."""
+        return int(self.spent / self.cap * 100) if self.cap > 0 else 0
 
     @property
     def text(self) -> str:
         from gputui.format import format_money
 
-        what = {"daily": "today's spend", "monthly": "this month's spend"}.get(
-            self.scope, "this instance")
-        return (f"Budget: {what} is {self.level} % of its cap "
+        what = {"daily": "today's spend", "monthly": "this month's spend"}.get(self.scope)
+        if what is None:  # a per-instance cap: say which instance
+            what = f"{self.instance_name or self.instance_id or 'an instance'} has cost"
+            cap = "its per-instance cap"
+        else:
+            what += " is"
+            cap = "the daily cap" if self.scope == "daily" else "the monthly cap"
+        return (f"Budget: {what} {self.percent} % of {cap} "
                 f"({format_money(self.spent, self.currency)} of "
                 f"{format_money(self.cap, self.currency)})")
 
@@ -225,6 +236,7 @@ class BudgetWatch:
             ("monthly", month_key, budget.monthly,
              spent_between(live, ledger, local_month_start(now), now, cur), None),
         ]
+        names = {i.id: i.name for i in live}
         if budget.per_instance is not None:
             for inst in (i for i in live if i.billing.currency == cur):
                 scopes.append((f"instance:{inst.id}", inst.id, budget.per_instance,
@@ -238,7 +250,8 @@ class BudgetWatch:
                     if key not in self.given:
                         self.given.add(key)
                         self.given.add((scope, period, 80))  # a jump to 100 % says it once
-                        alerts.append(BudgetAlert(scope, level, money(spent), cap, iid, cur))
+                        alerts.append(BudgetAlert(scope, level, money(spent), cap, iid, cur,
+                                                  names.get(iid) if iid else None))
                     break
         return alerts
 

@@ -518,14 +518,16 @@ class ModelEstimate:
 
 
 def _gb(n: float) -> str:
-    return f"{n / GB:.1f} GB"
+    """Memory and model sizes, GiB like every GPU figure (format.format_gib)."""
+    from gputui.format import format_gib
+
+    return format_gib(n)
 
 
 def _human(n: float) -> str:
-    for unit, size in (("GB", GB), ("MB", 10**6), ("KB", 10**3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
+    from gputui.format import format_gib
+
+    return format_gib(n) if n >= 2**30 else f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{int(n)} B"
 
 
 def _catalog_tag(catalog_name: str) -> str:
@@ -814,7 +816,7 @@ def placement_report(
     outside = tuple(sorted(i for i, mib in per_gpu.items() if mib > 0 and i not in selected))
     on_cpu = tuple(m.name for m in running if m.size_vram < m.size)
     names = {g.index: g.short_name for g in gpus}
-    held = ", ".join(f"{mib:,.0f} MiB on GPU {i} ({names.get(i, '?')})"
+    held = ", ".join(f"{mib / 1024:,.1f} GiB on GPU {i} ({names.get(i, '?')})"
                      for i, mib in sorted(per_gpu.items())) or "no GPU memory"
     sel = ",".join(str(i) for i in selected) or "none"
     in_vram = sum(m.size_vram for m in running)

@@ -20,13 +20,14 @@ from datetime import datetime
 from typing import Any
 
 from rich.markup import escape
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, DataTable, Input, ProgressBar, Select, Static
 
-from gputui.format import short_gpu
+from gputui.format import format_gib, short_gpu
 from gputui.models import Instance, InstanceStatus
 from gputui.sanitize import sanitize
 from gputui.services.ollama import (
@@ -58,12 +59,12 @@ NO_INSTANCE = "No running instance. Press [b]n[/b] to rent one (the sandbox need
 
 
 def fmt_bytes(n: float | None) -> str:
+    """Model and memory sizes in GiB, the unit of every GPU figure (format.format_gib)."""
     if n is None:
         return "-"
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
+    if n >= 2**30:
+        return format_gib(n)
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{int(n)} B"
 
 
 def fmt_ago(ts: datetime | None, now: float) -> str:
@@ -139,8 +140,11 @@ def env_line(st: OllamaStatus | None) -> str:
 
 
 def gpu_label(g: GpuInfo) -> str:
-    free = fmt_bytes((g.memory_free_mib or 0) * 1048576) if g.memory_free_mib is not None else "?"
-    return f"{g.index} {g.short_name[:14]} · {free} free"
+    free = g.memory_free_mib
+    if free is not None and g.memory_total_mib:  # never more free than the card holds
+        free = min(free, g.memory_total_mib)
+    text = "?" if free is None else format_gib(free, unit="mib")
+    return f"{g.index} {short_gpu(g.name)[:14]} · {text} free"
 
 
 def placement_style(ok: bool, unverified: bool) -> str:
@@ -251,7 +255,8 @@ class OllamaScreen(BaseScreen):
                 if i.status == InstanceStatus.RUNNING]
         self._instances = {i.id: i for i in live}
         select = self.query_one("#instance", Select)
-        options = [(f"{i.name} · {i.gpu_count}× {short_gpu(i.gpu)}", i.id) for i in live]
+        # a label is the user's text: never read as markup ("lora[b]x")
+        options = [(Text(f"{i.name} · {i.gpu_count}× {short_gpu(i.gpu)}"), i.id) for i in live]
         current = self._inst.id if self._inst else None
         wanted = getattr(self.gapp, "focus_instance", None) if initial else None
         if wanted not in self._instances:

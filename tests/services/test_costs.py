@@ -99,6 +99,19 @@ def test_budget_alerts_once_per_level():
     assert alert.level == 100 and alert.instance_id == "i"
 
 
+def test_budget_toasts_say_the_real_share_and_which_instance():
+    """$0.13 of a $0.10 cap is 130 % (as the Costs screen says), and a per-instance alert names
+    the instance (issue 16, item 8)."""
+    watch = BudgetWatch()
+    inst = running(price="0.13")
+    [day] = watch.check(BudgetSettings(daily=Decimal("0.10")), [inst], [], T0 + timedelta(hours=1))
+    assert day.level == 100 and "130 % of the daily cap ($0.13 of $0.10)" in day.text
+    watch = BudgetWatch()
+    [one] = watch.check(BudgetSettings(per_instance=Decimal("0.10")), [inst], [],
+                        T0 + timedelta(hours=1))
+    assert one.text.startswith(f"Budget: {inst.name} has cost 130 % of its per-instance cap")
+
+
 def test_grouping_and_export_shapes():
     a, b = running(id="a", name="lora", gpu="A100"), running(id="b", name="serve", gpu="H100")
     a.mark_ended(T0 + timedelta(hours=1), "timer")
@@ -144,7 +157,8 @@ async def test_budget_cap_releases_through_the_verified_path(gputui_home: Path):
         inst = await svc.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id, name="cap"))
         result = await LeaseService(svc).tick(utcnow() + timedelta(seconds=5))
         assert result.released == ["cap"]
-        assert any("100 %" in n.text and n.bell for n in notices)
+        assert any(n.text.startswith("Budget: cap has cost") and "of its per-instance cap" in n.text
+                   and n.bell for n in notices)
         assert svc.store.get_instance_sync(inst.id).end_reason == "budget"
         assert svc.provider("sandbox").read_record(inst.id).terminated_at is not None
     finally:

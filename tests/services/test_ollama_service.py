@@ -480,7 +480,7 @@ async def test_ollama_command_json_and_text(services: Services,
     assert data["selected"] == [1] and data["unloaded"] == []
     assert await ollama_command(services, inst, "pull", "qwen2.5:0.5b", False) == 0
     out = capsys.readouterr()
-    assert out.out.strip() == "pulled qwen2.5:0.5b (0.4 GB)" and "pulling manifest" in out.err
+    assert out.out.strip() == "pulled qwen2.5:0.5b (0.4 GiB)" and "pulling manifest" in out.err
     assert await ollama_command(services, inst, "load", "qwen2.5:0.5b", True) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["loaded"] and data["placement"]["ok"] and data["placement"]["per_gpu_mib"].keys() == {"1"}

@@ -3,8 +3,7 @@ over real SSH."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from gputui.ui.ollama import (
     running_rows,
     server_line,
 )
+from tests.ui.waits import question, shown, until
 
 
 class OllamaApp(GpuTuiApp):
@@ -58,17 +58,6 @@ async def rent(hub: Services, count: int) -> Instance:
                                                             gpu_count=count, name=hub.free_name("llm")))
 
 
-async def until(pilot: Pilot, check: Callable[[], bool], timeout: float = 15.0) -> None:
-    """Wait for the UI to reach a state (workers may be waiting on a dialog, so not
-    workers.wait_for_complete)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError("the screen did not get there in time")
-        await pilot.pause(0.05)
-
-
 async def settle(app: GpuTuiApp, pilot: Pilot) -> None:
     await app.workers.wait_for_complete()
     await pilot.pause()
@@ -93,9 +82,9 @@ async def test_keyboard_only_at_80x24(services: Services):
     app = OllamaApp(config=Config(), store=services.store, services=services, background=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("o")
+        screen = await shown(pilot, OllamaScreen)
         await settle(app, pilot)
-        screen = app.screen
-        assert isinstance(screen, OllamaScreen) and screen.instance is not None
+        assert screen.instance is not None
         assert screen.instance.id == inst.id
         assert "stopped" in text(screen, "#server")
         # s starts the server
@@ -111,8 +100,7 @@ async def test_keyboard_only_at_80x24(services: Services):
         assert str(boxes[0].render()).startswith("▐ ▌")  # unticked reads without colour
         assert str(boxes[1].render()).startswith("▐X▌")
         await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        assert "nothing is lost" in str(app.screen.query_one("#question", Static).render())
+        assert "nothing is lost" in await question(pilot)
         await pilot.press("y")
         await until(pilot, lambda: screen.ollama_status is not None
                     and screen.ollama_status.selected == [1])
@@ -124,7 +112,7 @@ async def test_keyboard_only_at_80x24(services: Services):
         await pilot.press(*"qwen2.5:0.5b", "enter")
         await until(pilot, lambda: "qwen2.5:0.5b" in screen.rows("#installed"))
         await settle(app, pilot)
-        assert screen.rows("#installed")["qwen2.5:0.5b"]["size"] == "397.8 MB"
+        assert screen.rows("#installed")["qwen2.5:0.5b"]["size"] == "379 MiB"
         assert not screen.query_one("#progress", ProgressBar).display
         # l loads the model under the cursor; placement is checked against the selection
         await tab_to(app, pilot, "installed")
@@ -150,12 +138,12 @@ async def test_keyboard_only_at_80x24(services: Services):
         await settle(app, pilot)
         await tab_to(app, pilot, "installed", back=True)
         await pilot.press("d")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await shown(pilot, ConfirmScreen)
         await pilot.press("n")
         await settle(app, pilot)
         assert "qwen2.5:0.5b" in screen.rows("#installed")
         await pilot.press("d")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await shown(pilot, ConfirmScreen)
         await pilot.press("y")
         await until(pilot, lambda: not screen.rows("#installed"))
         await settle(app, pilot)
@@ -170,16 +158,14 @@ async def test_pull_cancel_and_a_load_that_would_not_fit(services: Services,
     app = OllamaApp(config=Config(), store=services.store, services=services, background=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("o")
+        screen = await shown(pilot, OllamaScreen)
         await settle(app, pilot)
-        screen = app.screen
-        assert isinstance(screen, OllamaScreen)
         await pilot.press("s")
         await settle(app, pilot)
         assert "running" in text(screen, "#server")
         # a pull that would not fit the free memory asks first; x cancels it while it runs
         await pilot.press("p", *"qwen2.5:7b", "enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        assert "needs about" in str(app.screen.query_one("#question", Static).render())
+        assert "needs about" in await question(pilot)
         await pilot.press("y")
         bar = screen.query_one("#progress", ProgressBar)
         await until(pilot, lambda: bar.display and (bar.progress or 0) > 0)
@@ -189,15 +175,14 @@ async def test_pull_cancel_and_a_load_that_would_not_fit(services: Services,
         assert not bar.display and "qwen2.5:7b" not in screen.rows("#installed")
         # a small model fits the pull check but, with the GPU nearly full, not the load
         await pilot.press("p", *"qwen2.5:3b", "enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await shown(pilot, ConfirmScreen)
         await pilot.press("y")
         await until(pilot, lambda: "qwen2.5:3b" in screen.rows("#installed"), timeout=20)
         await settle(app, pilot)
         await tab_to(app, pilot, "installed")
         await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        question = str(app.screen.query_one("#question", Static).render())
-        assert "qwen2.5:3b needs about" in question and "Load qwen2.5:3b anyway?" in question
+        asked = await question(pilot)
+        assert "qwen2.5:3b needs about" in asked and "Load qwen2.5:3b anyway?" in asked
         await pilot.press("n")
         await settle(app, pilot)
         assert "Would not fit" in text(screen, "#message") and not screen.rows("#running")
@@ -210,7 +195,7 @@ def test_rendering_helpers():
     rows = installed_rows([InstalledModel("qwen2.5:7b", 4_683_087_332, "d",
                                           now - timedelta(minutes=5), "qwen2", "7.6B",
                                           "Q4_K_M")], now.timestamp())
-    assert rows == {"qwen2.5:7b": {"name": "qwen2.5:7b", "size": "4.7 GB", "quant": "Q4_K_M",
+    assert rows == {"qwen2.5:7b": {"name": "qwen2.5:7b", "size": "4.4 GiB", "quant": "Q4_K_M",
                                    "family": "qwen2", "modified": "5m ago"}}
     run = running_rows([RunningModel("m", 10_000, 4_000, expires_at=now + timedelta(minutes=4))],
                        now.timestamp())

@@ -173,3 +173,35 @@ def test_default_label_is_the_model_not_a_piece_of_a_parenthesis():
     assert default_label("GeForce RTX 4090") == "4090"
     assert default_label("H20 96GB (China SKU)") == "h20"
     assert default_label("A100 80GB SXM4") == "a100"
+
+
+async def test_a_label_with_brackets_reads_literally_on_the_ollama_screen(gputui_home: Path):
+    from decimal import Decimal
+
+    from gputui.models import BillingRule, Instance, InstanceStatus
+    from gputui.ui.ollama import OllamaScreen
+    from tests.ui.waits import shown
+
+    app = make_app(gputui_home)
+    app.store.put_instance_sync(Instance(
+        id="i-1", name="lora[b]x", provider="ssh", gpu="NVIDIA GeForce RTX 4090", gpu_count=1,
+        billing=BillingRule(price_per_hour=Decimal("0.5")), status=InstanceStatus.RUNNING))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("o")
+        screen = await shown(pilot, OllamaScreen)
+        select = screen.query_one("#instance", Select)
+        await until(pilot, lambda: select.value == "i-1", "the instance chosen")
+        await pilot.pause()
+        assert "lora[b]x · 1× RTX 4090" in str(select.query_one("SelectCurrent Static").render())
+
+
+def test_ollama_never_shows_more_free_memory_than_the_card_has():
+    from gputui.services.ollama import GpuInfo
+    from gputui.ui.ollama import gpu_label
+
+    # nvidia-smi's MiB in GiB: a 24 GB card is 24.0 GiB (not "25.4 GB"), and a free figure
+    # above the total (a racy reading) is capped at the total
+    card = GpuInfo(0, None, "NVIDIA GeForce RTX 4090", 24564, 0, 24564)
+    assert gpu_label(card) == "0 RTX 4090 · 24.0 GiB free"
+    racy = GpuInfo(0, None, "NVIDIA GeForce RTX 4090", 24564, 0, 25000)
+    assert gpu_label(racy) == "0 RTX 4090 · 24.0 GiB free"

@@ -27,3 +27,27 @@ def on_screen(widget: Any, height: int = 24) -> bool:
     """Whether `widget` is displayed with some of it inside the terminal's rows."""
     region = widget.region
     return bool(widget.display) and region.height > 0 and region.y < height and region.bottom > 0
+
+
+async def shown(pilot: Any, cls: type, timeout: float = 30.0) -> Any:
+    """Wait until the screen on top is a `cls` whose widgets are composed and mounted (a
+    screen is on the stack a moment before its children exist), and return it."""
+    app = pilot.app
+
+    def ready() -> bool:
+        screen = app.screen
+        return isinstance(screen, cls) and screen.is_mounted and bool(screen.children) \
+            and all(child.is_mounted for child in screen.walk_children())
+
+    await until(pilot, ready, f"a composed {cls.__name__}", timeout)
+    return app.screen
+
+
+async def question(pilot: Any, timeout: float = 30.0) -> str:
+    """Wait for a ConfirmScreen's question and return its text."""
+    from textual.widgets import Static
+
+    from gputui.ui.dialogs import ConfirmScreen
+
+    screen = await shown(pilot, ConfirmScreen, timeout)
+    return str(screen.query_one("#question", Static).render())
