@@ -273,6 +273,24 @@ class GpuTuiApp(App[int]):
             groups.insert(0, (f"On this screen ({self.screen.TITLE or 'current'})", screen_bindings))
         self.push_screen(HelpScreen(groups))
 
+    def _costs_action(self, action: str) -> Callable[[], None]:
+        """Open Costs, then run one of its actions there."""
+        def run() -> None:
+            self.action_goto("costs")
+
+            def when_there(tries: int = 0) -> None:
+                try:
+                    screen = self.screen
+                except ScreenStackError:  # between two modes
+                    screen = None
+                if getattr(screen, "TITLE", "") == "Costs" and screen is not None \
+                        and screen.is_mounted:
+                    getattr(screen, f"action_{action}")()
+                elif tries < 500:  # the switch is asynchronous
+                    self.set_timer(0.01, lambda: when_there(tries + 1))
+            when_there()
+        return run
+
     def action_help_quit(self) -> None:
         """ctrl+c does not quit (it copies in a text field): say which key does, in plain text
         (Textual's own message is markup, and every notification here is shown literally)."""
@@ -288,6 +306,10 @@ class GpuTuiApp(App[int]):
             yield SystemCommand(f"Go to {label}", f"{what} (key {key})",
                                 lambda m=mode: self.action_goto(m))
         yield SystemCommand("Help: keys", "Every key binding (key ?)", self.action_help)
+        yield SystemCommand("Costs: export CSV", "Ledger and running instances to a CSV file "
+                            "(key x on Costs; gputui costs --csv)", self._costs_action("export"))
+        yield SystemCommand("Costs: budget caps", "Set the daily / monthly / per-instance caps "
+                            "(key B on Costs)", self._costs_action("budgets"))
         for name in sorted(self.available_themes):
             if name.startswith("gputui"):
                 yield SystemCommand(f"Theme: {name}", "Switch theme (remembered)",

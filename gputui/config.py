@@ -370,3 +370,15 @@ def set_theme(name: str, path: Path | None = None) -> None:
         return
     cfg.ui.theme = name
     save_config(cfg, path)
+
+
+def set_budget(daily: Decimal | None, monthly: Decimal | None, per_instance: Decimal | None,
+               release_at_cap: bool, path: Path | None = None) -> Config:
+    """Write the budget caps (None: no cap) to the config file, keeping everything else in it;
+    a config that cannot be read raises ConfigError and is left as it is."""
+    cfg = load_config(path)
+    cfg.budget = cfg.budget.model_copy(update={  # its currency and the rest kept
+        "daily": daily, "monthly": monthly, "per_instance": per_instance,
+        "release_at_cap": release_at_cap})
+    save_config(cfg, path)
+    return cfg

@@ -56,7 +56,8 @@ async def add_ssh_host(
     except UnknownHostKey as exc:
         raise UnknownHostKeyError(where, exc.fingerprint) from None
     except SSHLayerError as exc:
-        raise ServiceError(f"{where}: {exc}") from None
+        said = str(exc)  # the SSH layer often names the endpoint already: say it once
+        raise ServiceError(said if where in said else f"{where}: {said}") from None
     finally:
         await link.close()
     listed = [g for g in parse_gpu_list(result.stdout) if g.parent_index is None]

@@ -55,6 +55,30 @@ JOBS = [("inference", "inference"), ("LoRA", "lora"), ("QLoRA", "qlora"), ("full
 CUSTOM = "custom"
 
 
+MAX_HOURS = 24 * 366  # a year: beyond it, a typo, not a plan
+
+
+def check_hours(raw: str) -> str:
+    """The Cost tab's hours, or CatalogError saying what is wrong: 0 hours would read $0.00
+    despite a billing minimum, and 99,999,999 hours is a typo."""
+    from decimal import Decimal, InvalidOperation
+
+    text = raw.strip()
+    if not text:
+        raise CatalogError("Hours: give how long you will rent it, e.g. 10 (or 0.5)")
+    try:
+        hours = Decimal(text)
+    except InvalidOperation:
+        raise CatalogError(f"Hours: {text!r} is not a number of hours (e.g. 10 or 0.5)") from None
+    if not hours.is_finite() or hours <= 0:
+        raise CatalogError(f"Hours: {text} h is not a rental; give more than 0 (billing has "
+                           "a minimum charge, e.g. 60 s)")
+    if hours > MAX_HOURS:
+        raise CatalogError(f"Hours: {text} h is over a year ({MAX_HOURS:,} h); give a shorter "
+                           "time")
+    return text
+
+
 def bar(value: float, top: float, width: int) -> str:
     """A horizontal bar of `width` cells, `value` of `top`, to an eighth of a cell."""
     if width <= 0 or top <= 0 or value <= 0:
@@ -862,7 +886,7 @@ class CatalogScreen(BaseScreen):
                 count = int(count_raw)
             except ValueError:
                 raise CatalogError(f"GPUs must be a whole number (got {count_raw!r})") from None
-            hours = self.query_one("#cost-hours", Input).value.strip() or "0"
+            hours = check_hours(self.query_one("#cost-hours", Input).value)
             answer = svc.cost(str(card), count=count, hours=hours, prices=self.rows)
         except (CatalogError, ValueError, ArithmeticError) as exc:
             self.cost_answer = None

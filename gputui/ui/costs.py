@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Static
 
-from gputui.format import format_money, format_remaining
+from gputui.format import format_money, format_remaining, sum_as_shown
 from gputui.models import Instance, LedgerEntry
 from gputui.services.costs import (
     currencies,
@@ -53,6 +53,8 @@ class CostsScreen(BaseScreen):
         Binding("2", "view('ledger')", "Ledger"),
         Binding("3", "view('totals')", "Totals"),
         Binding("4", "view('chart')", "Chart"),
+        Binding("x", "export", "Export CSV"),
+        Binding("B", "budgets", "Budgets"),
         Binding("b", "group", "Group by", show=False),
     ]
     DEFAULT_CSS = """
@@ -160,15 +162,22 @@ class CostsScreen(BaseScreen):
         if budget.monthly is not None:
             caps.append(f"month cap {format_money(budget.monthly, bc)} "
                         f"({_pct(t.month, budget.monthly)})")
-        # one line per currency in use: ¥ and $ are never added together
-        text = "\n".join(
-            f"[b]{format_money(c.rate, cur)}/h[/b] now · live {format_money(c.accrued_live, cur)} · "
-            f"today [b]{format_money(c.today, cur)}[/b] · this month "
-            f"[b]{format_money(c.month, cur)}[/b]"
-            for cur, c in totals_by_currency(self._instances, self._ledger, now).items())
-        text += "\n" + (" · ".join(caps) if caps else
-                         "[dim]no budget caps: set daily / monthly / per_instance under "
-                         "\\[budget] in config.toml[/dim]")
+        # one line per currency in use: ¥ and $ are never added together; the rate and the live
+        # cost add up as the rows above read (each rounded once)
+        live = [i for i in self._instances if i.status.live]
+        lines = []
+        for cur, c in totals_by_currency(self._instances, self._ledger, now).items():
+            mine = [instance_cost(i, self._leases.get(i.id), now) for i in live
+                    if i.billing.currency == cur]
+            rate = sum_as_shown(x.rate for x in mine)
+            accrued = sum_as_shown(x.accrued for x in mine)
+            lines.append(f"[b]{format_money(rate, cur)}/h[/b] now · live "
+                         f"{format_money(accrued, cur)} · today [b]{format_money(c.today, cur)}[/b]"
+                         f" · this month [b]{format_money(c.month, cur)}[/b]")
+        text = "\n".join(lines)
+        text += "\n" + (" · ".join(caps) + " [dim](B: change · x: CSV)[/dim]" if caps else
+                         "[dim]no budget caps: B sets them · x exports CSV "
+                         "(or gputui costs --csv)[/dim]")
         self.query_one("#totals", Static).update(text)
 
     def _fill_ledger(self) -> None:
@@ -225,6 +234,44 @@ class CostsScreen(BaseScreen):
     def on_store_event(self, message: StoreEvent) -> None:
         if isinstance(message.event, InstanceChanged | LeaseChanged | LedgerChanged):
             self.reload()
+
+
+    def action_export(self) -> None:
+        """The ledger and what is running, as `gputui costs --csv` writes it, to a file."""
+        from gputui.config import state_dir, write_private
+        from gputui.services.costs import export_rows, to_csv
+
+        now = self.gapp.now()
+        rows = export_rows(self._ledger, self._instances, now)
+        path = state_dir() / "exports" / f"costs-{now.astimezone():%Y%m%d-%H%M%S}.csv"
+        try:
+            write_private(path, to_csv(rows).encode())
+        except OSError as exc:
+            self.notify(f"could not export: {exc}", severity="error")
+            return
+        self.notify(f"Exported {len(rows)} rows to {path} (the same as gputui costs --csv)",
+                    title="Exported", timeout=10)
+
+    def action_budgets(self) -> None:
+        from gputui.ui.dialogs import BudgetDialog
+
+        budget = self.gapp.config.budget
+        self.app.push_screen(BudgetDialog(budget, budget.currency), self._budgets_chosen)
+
+    def _budgets_chosen(self, values: dict | None) -> None:
+        if values is None:
+            return
+        from gputui.config import ConfigError, set_budget
+
+        try:
+            cfg = set_budget(values["daily"], values["monthly"], values["per_instance"],
+                             bool(values["release_at_cap"]))
+        except (ConfigError, OSError) as exc:
+            self.notify(f"budget not saved: {exc}", severity="error", timeout=10)
+            return
+        self.gapp.config.budget = cfg.budget
+        self.notify("Budget caps saved to config.toml", timeout=4)
+        self.tick()
 
 
 def _pct(spent: Decimal, cap: Decimal) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from rich.markup import escape
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -184,12 +185,22 @@ class AddHostDialog(ModalScreen[dict | None]):
         except ValueError as exc:
             error.update(f"ssh line: {escape(str(exc))}")
             return
+        typed = self.query_one("#price", Input).value.strip().lstrip("$")
         try:
-            price = Decimal(self.query_one("#price", Input).value.strip())
-            if not price.is_finite() or price < 0 or price > 10_000:
+            price = Decimal(typed)
+            if not price.is_finite():
                 raise InvalidOperation
         except InvalidOperation:
-            error.update("price: give the hourly price, e.g. 2.50")
+            error.update(Text(f"price: {typed!r} is not a number; give the hourly price for "
+                              "the whole instance, e.g. 2.50" if typed else
+                              "price: give the hourly price for the whole instance, e.g. 2.50"))
+            return
+        if price <= 0:
+            error.update(Text(f"price: {typed} is not a price; it must be more than 0 "
+                              "(the hourly price, e.g. 2.50)"))
+            return
+        if price > 10_000:
+            error.update(Text(f"price: {typed} an hour is too high to be right; at most 10,000"))
             return
         self.dismiss({
             "line": self.query_one("#line", Input).value, "endpoint": endpoint, "price": price,
@@ -197,3 +208,74 @@ class AddHostDialog(ModalScreen[dict | None]):
             "name": self.query_one("#name", Input).value.strip() or None,
             "gpu": self.query_one("#gpu", Input).value.strip() or None,
         })
+
+
+class BudgetDialog(ModalScreen[dict | None]):
+    """The budget caps: daily, monthly, per instance (blank: no cap), and whether reaching a
+    cap releases. Dismisses with the parsed values, or None."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    DEFAULT_CSS = """
+    BudgetDialog { align: center middle; }
+    BudgetDialog > VerticalScroll {
+        width: 70; max-width: 100%; height: auto; max-height: 100%; border: round $primary;
+        background: $surface; padding: 0 1;
+    }
+    BudgetDialog Horizontal { height: 1; margin-bottom: 1; }
+    BudgetDialog Horizontal > Static { width: 22; }
+    BudgetDialog Input { width: 1fr; }
+    BudgetDialog #budget-error { color: $error; text-style: bold; height: auto; }
+    """
+    FIELDS = (("daily", "Per day"), ("monthly", "Per month"), ("per_instance", "Per instance"))
+
+    def __init__(self, current: object, currency: str = "USD") -> None:
+        super().__init__()
+        self.current = current
+        self.currency = currency
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import Checkbox
+
+        with VerticalScroll():
+            yield Static(Text.assemble(("Budget caps", "bold"),
+                                       f" in {self.currency} (blank: no cap; enter saves to "
+                                       "config.toml, esc cancels)\n"))
+            for key, label in self.FIELDS:
+                with Horizontal():
+                    yield Static(label)
+                    value = getattr(self.current, key, None)
+                    yield Input("" if value is None else f"{value}", id=f"budget-{key}",
+                                compact=True, placeholder="no cap")
+            yield Checkbox("Release the instances when a cap is reached", id="budget-release",
+                           value=bool(getattr(self.current, "release_at_cap", False)),
+                           compact=True)
+            yield Static("", id="budget-error")
+
+    def on_mount(self) -> None:
+        self.query_one(f"#budget-{self.FIELDS[0][0]}", Input).focus()
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        from decimal import Decimal, InvalidOperation
+
+        from textual.widgets import Checkbox
+
+        values: dict[str, object] = {}
+        for key, label in self.FIELDS:
+            text = self.query_one(f"#budget-{key}", Input).value.strip().lstrip("$")
+            if not text:
+                values[key] = None
+                continue
+            try:
+                amount = Decimal(text)
+                if not amount.is_finite() or amount <= 0:
+                    raise InvalidOperation
+            except InvalidOperation:
+                self.query_one("#budget-error", Static).update(Text(
+                    f"{label}: {text!r} is not a cap; give an amount above 0, e.g. 25, "
+                    "or leave it blank for no cap"))
+                self.query_one(f"#budget-{key}", Input).focus()
+                return
+            values[key] = amount
+        values["release_at_cap"] = self.query_one("#budget-release", Checkbox).value
+        self.dismiss(values)

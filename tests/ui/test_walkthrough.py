@@ -205,3 +205,138 @@ def test_ollama_never_shows_more_free_memory_than_the_card_has():
     assert gpu_label(card) == "0 RTX 4090 · 24.0 GiB free"
     racy = GpuInfo(0, None, "NVIDIA GeForce RTX 4090", 24564, 0, 25000)
     assert gpu_label(racy) == "0 RTX 4090 · 24.0 GiB free"
+
+
+async def test_costs_exports_from_the_screen_and_the_palette_finds_export(gputui_home: Path):
+    import csv
+
+    from tests.ui.test_costs_ui import FROZEN, seeded_app
+
+    app = seeded_app(gputui_home, [FROZEN])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("c")
+        await until(pilot, lambda: app.screen.TITLE == "Costs", "Costs")
+        totals = str(app.screen.query_one("#totals", Static).render())
+        assert "gputui costs --csv" in totals and "B sets them" in totals
+        await pilot.press("x")
+        exports = gputui_home / "exports"
+        await until(pilot, lambda: list(exports.glob("costs-*.csv")), "the CSV file")
+        [path] = list(exports.glob("costs-*.csv"))
+        rows = list(csv.DictReader(path.open()))
+        assert sorted(r["name"] for r in rows) == ["qwen-serve", "run-0", "run-1"]
+        assert any(str(path) in n.message for n in app._notifications)
+        # the palette finds it by the word a user types
+        commands = [c.title for c in app.get_system_commands(app.screen)]
+        assert any("export" in t.lower() for t in commands)
+
+
+async def test_budgets_are_set_from_the_costs_screen_into_the_config(gputui_home: Path):
+    from decimal import Decimal
+
+    from gputui.config import load_config
+    from gputui.ui.dialogs import BudgetDialog
+    from tests.ui.test_costs_ui import FROZEN, seeded_app
+    from tests.ui.waits import shown
+
+    app = seeded_app(gputui_home, [FROZEN])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("c")
+        await until(pilot, lambda: app.screen.TITLE == "Costs", "Costs")
+        await pilot.press("B")
+        dialog = await shown(pilot, BudgetDialog)
+        await pilot.press(*"-5", "enter")
+        error = dialog.query_one("#budget-error", Static)
+        await until(pilot, lambda: "above 0" in str(error.render()), "the refusal")
+        assert "Per day: '-5' is not a cap" in str(error.render())
+        dialog.query_one("#budget-daily", Input).value = "25"
+        dialog.query_one("#budget-per_instance", Input).value = "$4.50"
+        dialog.query_one("#budget-daily", Input).focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: app.screen.TITLE == "Costs", "back on Costs")
+        saved = load_config()
+        assert saved.budget.daily == Decimal("25") and saved.budget.per_instance == Decimal("4.5")
+        assert saved.budget.monthly is None
+        await until(pilot, lambda: "day cap $25.00" in str(app.screen.query_one("#totals").render()),
+                    "the cap on screen")
+
+
+async def test_the_cost_tab_refuses_zero_and_absurd_hours(gputui_home: Path):
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: app.screen.TITLE == "GPU catalog", "the catalog")
+        await pilot.press("4")
+        screen = app.screen
+        error = screen.query_one("#cost-error", Static)
+        for typed, said in (("0", "0 h is not a rental"), ("99999999", "over a year"),
+                            ("soon", "not a number of hours")):
+            screen.query_one("#cost-hours", Input).value = typed
+            await until(pilot, lambda said=said: said in str(error.render()), said)
+            assert on_screen(error)
+            assert screen.query_one("#cost-table").row_count == 0
+        screen.query_one("#cost-hours", Input).value = "10"
+        await until(pilot, lambda: not error.display, "the error cleared")
+
+
+async def test_the_selected_monitor_row_reads_in_16_colours(gputui_home: Path):
+    """Yellow/green cell colours on the cursor's white made the selected row unreadable in the
+    16-colour theme: the cursor's own colours win on its row."""
+    from rich.text import Text
+    from textual.app import App, ComposeResult
+
+    from gputui.ui.livetable import LiveColumn, LiveTable
+    from gputui.ui.theming import load_themes
+
+    themes = load_themes([]).themes
+
+    class Sixteen(App):
+        def compose(self) -> ComposeResult:
+            yield LiveTable(id="t")
+
+        def on_mount(self) -> None:
+            self.register_theme(themes["gputui-16"])
+            self.theme = "gputui-16"
+            table = self.query_one(LiveTable)
+            table.set_columns([LiveColumn("name", "Name", 8), LiveColumn("note", "Note", 10)])
+            table.set_row("a", [Text("train"), Text("⚑ split?", style="bold yellow")])
+            table.set_row("b", [Text("serve"), Text("live", style="green")])
+            table.focus()
+
+    app = Sixteen()
+    async with app.run_test(size=(40, 6)) as pilot:
+        table = app.query_one(LiveTable)
+        await pilot.pause()
+        cursor = table._cursor_style()
+        strip = table.render_line(1)  # the first row: under the cursor
+        assert "split?" in strip.text
+        styles = {(seg.style.color, seg.style.bgcolor) for seg in strip if seg.text.strip()}
+        assert styles == {(cursor.color, cursor.bgcolor)}, styles
+        assert cursor.color != cursor.bgcolor
+        other = table.render_line(2)  # rows off the cursor keep their colours
+        assert any(seg.style.color and seg.style.color.name == "green" for seg in other)
+
+
+async def test_add_host_says_a_price_must_be_positive_and_an_error_once(gputui_home: Path):
+    from gputui.ui.dialogs import AddHostDialog
+    from tests.ui.waits import shown
+
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        dialog = await shown(pilot, AddHostDialog)
+        dialog.query_one("#line", Input).value = "ssh -p 1 root@127.0.0.1"
+        dialog.query_one("#price", Input).value = "-3"
+        dialog.query_one("#gpu", Input).focus()
+        await pilot.press("enter")
+        error = dialog.query_one("#host-error", Static)
+        await until(pilot, lambda: "price" in str(error.render()), "the price refusal")
+        assert "must be more than 0" in str(error.render())
+        dialog.query_one("#price", Input).value = "2.50"
+        dialog.query_one("#gpu", Input).focus()
+        await pilot.press("enter")
+        # nothing listens on port 1: the dialog comes back saying why, naming the host once
+        await until(pilot, lambda: isinstance(app.screen, AddHostDialog) and app.screen is not dialog
+                    and str(app.screen.query_one("#host-error", Static).render()).strip(),
+                    "the dialog back with the reason")
+        said = str(app.screen.query_one("#host-error", Static).render())
+        assert said.count("127.0.0.1:1") == 1, said
