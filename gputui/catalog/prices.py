@@ -302,13 +302,12 @@ def rows_for(card: str, rows: Iterable[PriceRow], currency: str | None = "USD") 
     return [r for r in rows if r.gpu == card and (currency is None or r.currency == currency)]
 
 
-def _priced(rows: list[PriceRow], include_spot: bool) -> list[PriceRow]:
-    """The rows a lowest price is taken from: simulated (sandbox) prices only where nothing else
-    prices the card — so a card the sandbox sells shows the price the New screen charges, and a
-    catalog filtered to the sandbox shows the sandbox's own prices."""
-    rows = [r for r in rows if include_spot or not r.is_spot]
-    real = [r for r in rows if not r.simulated]
-    return real or rows
+def _priced(rows: list[PriceRow], include_spot: bool,
+            include_simulated: bool = False) -> list[PriceRow]:
+    """The rows a lowest price is taken from: never the sandbox's simulated prices, unless asked
+    (a catalog filtered to the sandbox shows the prices its New screen charges)."""
+    return [r for r in rows if (include_spot or not r.is_spot)
+            and (include_simulated or not r.simulated)]
 
 
 def cheapest_quote(
@@ -326,10 +325,11 @@ def cheapest_quote(
 
 
 def lowest_price(
-    card: str, rows: Iterable[PriceRow], currency: str = "USD", include_spot: bool = True
+    card: str, rows: Iterable[PriceRow], currency: str = "USD", include_spot: bool = True,
+    include_simulated: bool = False,
 ) -> PriceRow | None:
     """The row with the lowest per-GPU-hour price for `card` (any instance size)."""
-    candidates = _priced(rows_for(card, rows, currency), include_spot)
+    candidates = _priced(rows_for(card, rows, currency), include_spot, include_simulated)
     if not candidates:
         return None
     return min(candidates, key=lambda r: (r.price_per_gpu_hour, r.provider, r.tier))
@@ -349,9 +349,10 @@ class PricePerf(BaseModel):
 
 
 def price_performance(
-    spec: GpuSpec, rows: Iterable[PriceRow], currency: str = "USD", include_spot: bool = True
+    spec: GpuSpec, rows: Iterable[PriceRow], currency: str = "USD", include_spot: bool = True,
+    include_simulated: bool = False,
 ) -> PricePerf:
-    row = lowest_price(spec.key, rows, currency, include_spot)
+    row = lowest_price(spec.key, rows, currency, include_spot, include_simulated)
     if row is None:
         return PricePerf(
             card=spec.key,

@@ -203,9 +203,9 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "vram",
         "VRAM",
-        "memory, GB",
+        "memory, GiB",
         lambda r: r.spec.vram_gb,
-        lambda r: f"{r.spec.vram_gb:g} GB",
+        lambda r: f"{r.spec.vram_gb:g} GiB",  # marketed "GB" are GiB (catalog/fit.py)
         descending=True,
     ),
     Column(
@@ -465,7 +465,11 @@ def card_rows(
         mine = rows_for(spec.key, rows, currency=None)
         if f.provider and not mine:
             continue
-        out.append(CardRow(spec, price_performance(spec, mine, currency), tuple(mine)))
+        # filtered to one provider, its own prices: the sandbox's are what its New screen
+        # charges (simulated prices never count as the lowest anywhere else)
+        out.append(CardRow(spec, price_performance(spec, mine, currency,
+                                                   include_simulated=bool(f.provider)),
+                           tuple(mine)))
     return out
 
 

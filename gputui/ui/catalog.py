@@ -94,7 +94,7 @@ def _price(row: svc.CardRow) -> Decimal | None:
 
 
 FIGURES = [
-    ("VRAM GB", lambda r: r.spec.vram_gb, lambda r: f"{r.spec.vram_gb:g}", True),
+    ("VRAM GiB", lambda r: r.spec.vram_gb, lambda r: f"{r.spec.vram_gb:g}", True),
     (
         "Bandwidth GB/s",
         lambda r: r.spec.memory_bandwidth_gbs,
@@ -580,9 +580,24 @@ class CatalogScreen(BaseScreen):
         if name == "compare":
             self.update_compare()
 
+    def visible_sort_keys(self) -> list[str]:
+        """The sortable columns a reader can see now (a narrow pane shows the first few; the
+        rest are a scroll away): `s` cycles through these, never through hidden ones."""
+        table = self.query_one("#cards", DataTable)
+        left, right = int(table.scroll_x), int(table.scroll_x) + (table.size.width or 80)
+        x, keys = 0, []
+        for column in table.columns.values():
+            width = column.get_render_width(table)
+            if x >= left and x + width <= right and column.key.value != "mark":
+                keys.append(str(column.key.value))
+            x += width
+        known = [c.key for c in svc.COLUMNS]
+        return [k for k in known if k in keys] or known
+
     def action_sort(self) -> None:
-        keys = [c.key for c in svc.COLUMNS]
-        self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
+        keys = self.visible_sort_keys()
+        at = keys.index(self.sort_key) if self.sort_key in keys else -1
+        self.sort_key = keys[(at + 1) % len(keys)]
         self.sort_reverse = False
         self.refresh_cards()
         self._to_top()

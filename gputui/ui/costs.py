@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Static
 
-from gputui.format import format_money, format_remaining, sum_as_shown
+from gputui.format import format_money, format_remaining, short_gpu, sum_as_shown
 from gputui.models import Instance, LedgerEntry
 from gputui.services.costs import (
     currencies,
@@ -24,14 +24,16 @@ from gputui.services.costs import (
 from gputui.store import InstanceChanged, LeaseChanged, LedgerChanged
 from gputui.ui.base import BaseScreen, StoreEvent
 
+# What matters most first: an 80-column pane cuts from the right, so the split of a total into
+# compute and storage (and the provider) come last.
 NOW_COLUMNS = [
-    ("name", "Name"), ("state", "State"), ("rate", "$/h"), ("compute", "Compute"),
-    ("storage", "Storage"), ("accrued", "Accrued"), ("release", "Release in"),
-    ("projected", "At release"), ("gpu", "GPU"),
+    ("name", "Name"), ("state", "State"), ("rate", "$/h"), ("accrued", "Accrued"),
+    ("release", "Release in"), ("projected", "At release"), ("gpu", "GPU"),
+    ("compute", "Compute"), ("storage", "Storage"),
 ]
 LEDGER_COLUMNS = [
     ("ended", "Ended"), ("name", "Task"), ("gpu", "GPU"), ("hours", "Hours"),
-    ("compute", "Compute"), ("storage", "Storage"), ("total", "Total"), ("reason", "Reason"),
+    ("total", "Total"), ("reason", "Reason"), ("compute", "Compute"), ("storage", "Storage"),
     ("provider", "Provider"),
 ]
 GROUPINGS = ["day", "week", "month", "gpu", "task"]
@@ -124,7 +126,7 @@ class CostsScreen(BaseScreen):
             "accrued": format_money(cost.accrued, cur),
             "release": release if cost.release_at else "⚠ no timer",
             "projected": format_money(cost.projected, cur) if cost.projected is not None else "-",
-            "gpu": Text(f"{inst.gpu_count}× {inst.gpu}"),
+            "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
         }
 
     def _fill_now(self) -> None:
@@ -186,12 +188,15 @@ class CostsScreen(BaseScreen):
         for e in reversed(self._ledger):  # newest first
             if e.instance_id in present:
                 continue
-            table.add_row(
-                e.ended_at.astimezone().strftime("%m-%d %H:%M"), Text(e.name),
-                Text(f"{e.gpu_count}× {e.gpu}"), f"{e.running_seconds / 3600:.2f}",
-                format_money(e.compute_cost, e.currency), format_money(e.storage_cost, e.currency),
-                format_money(e.total, e.currency), e.end_reason, e.provider, key=e.instance_id,
-            )
+            cells = {
+                "ended": e.ended_at.astimezone().strftime("%m-%d %H:%M"), "name": Text(e.name),
+                "gpu": Text(f"{e.gpu_count}× {short_gpu(e.gpu)}"),
+                "hours": f"{e.running_seconds / 3600:.2f}",
+                "total": format_money(e.total, e.currency), "reason": e.end_reason,
+                "compute": format_money(e.compute_cost, e.currency),
+                "storage": format_money(e.storage_cost, e.currency), "provider": e.provider,
+            }
+            table.add_row(*(cells[k] for k, _ in LEDGER_COLUMNS), key=e.instance_id)
         if table.row_count and not present:
             table.move_cursor(row=0)
 

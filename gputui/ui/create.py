@@ -145,7 +145,8 @@ class CreateScreen(BaseScreen):
             return
         select = self.query_one("#offer", Select)
         select.set_options([
-            (f"{o.gpu} · {o.vram_gb:g} GB · {format_money(o.price_per_gpu_hour)}/GPU·h"
+            (f"{o.gpu} · {o.vram_gb:g} GiB · {format_money(o.price_per_gpu_hour)}/GPU·h"
+             + (" · derived" if (o.source or "").startswith("derived") else "")
              + ("" if o.available else " · sold out"), o.offer_id)
             for o in self.offers
         ])

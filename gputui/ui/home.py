@@ -118,7 +118,7 @@ class HomeScreen(BaseScreen):
         if getattr(self, "_when_done", {}).get(inst.id):
             release = f"{release} · {self._when_done[inst.id]}".removeprefix("- · ")
         link, _detail = self.gapp.store.link(inst.id)
-        provider = inst.provider + (" (simulated)" if inst.provider == "sandbox" else "")
+        provider = inst.provider  # "sandbox" says it; "(simulated)" was cut at 80 columns
         return {
             "name": Text(inst.name),  # a label is the user's text, never markup
             "provider": provider,

@@ -340,3 +340,54 @@ async def test_add_host_says_a_price_must_be_positive_and_an_error_once(gputui_h
                     "the dialog back with the reason")
         said = str(app.screen.query_one("#host-error", Static).render())
         assert said.count("127.0.0.1:1") == 1, said
+
+
+def test_the_catalog_filtered_to_the_sandbox_shows_the_prices_new_charges():
+    """One price source per provider: the sandbox's offers, as the New list shows them, are the
+    prices the catalog shows for the sandbox, rounded by the same rule."""
+    from gputui.format import format_money
+    from gputui.providers.sandbox import sandbox_offers
+    from gputui.services import catalog as svc
+
+    offers = sandbox_offers()
+    rows = [*svc.load_prices(), *svc.offer_price_rows(offers, "2026-11-30")]
+    cards = {c.spec.name: c for c in svc.card_rows(rows, svc.Filters(provider="sandbox"))}
+    price_col = svc.get_column("price")
+    checked = 0
+    for offer in offers:
+        card = cards.get(offer.gpu)
+        if card is None:
+            continue
+        assert price_col.show(card) == format_money(offer.price_per_gpu_hour), offer.gpu
+        checked += 1
+    assert checked >= 15
+    # the rounding rule: a rate of $0.165 reads $0.17 per GPU, and 4 of them $0.66
+    from decimal import Decimal
+
+    assert format_money(Decimal("0.165")) == "$0.17" and format_money(Decimal("0.66")) == "$0.66"
+
+
+async def test_the_top_bar_adds_up_as_the_home_rows_read(gputui_home: Path):
+    from decimal import Decimal
+
+    from textual.widgets import DataTable
+
+    from gputui.models import BillingRule, Instance, InstanceStatus
+    from gputui.ui.widgets import TopBar
+
+    app = make_app(gputui_home, datetime(2026, 11, 30, 12, 0, tzinfo=UTC))
+    for n, price in enumerate(["0.35", "0.165", "0.165"]):
+        inst = Instance(id=f"i{n}", name=f"job{n}", provider="ssh", gpu="RTX 3090",
+                        billing=BillingRule(price_per_hour=Decimal(price)),
+                        status=InstanceStatus.RUNNING,
+                        created_at=datetime(2026, 11, 30, 11, 0, tzinfo=UTC))
+        inst.mark_running(inst.created_at)
+        app.store.put_instance_sync(inst)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.screen.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 3, "three rows")
+        rates = [str(table.get_cell(f"i{n}", "rate")) for n in range(3)]
+        assert rates == ["$0.35", "$0.17", "$0.17"]
+        shown = sum(Decimal(r.lstrip("$")) for r in rates)
+        bar = app.screen.query_one(TopBar)
+        await until(pilot, lambda: f"${shown:.2f}/h" in str(bar.render()), "the bar's total")
