@@ -788,20 +788,20 @@ def cost_command(
 
 
 def cost_cells(c: JobCost) -> list[str]:
+    from gputui.format import format_money
     from gputui.models import Granularity
 
     cur = c.row.currency
-    sym = "$" if cur == "USD" else f"{cur} "
     return [
         c.row.provider,
         c.row.tier,
         c.row.package,
         f"per {c.row.granularity.value}"
         + (f", {c.row.minimum_seconds}s min" if c.row.minimum_seconds else ""),
-        f"{sym}{c.cost:,.2f}",
+        format_money(c.cost, cur),
         f"{c.billed_hours.normalize():f}",
-        f"{sym}{c.price_per_hour:,.2f}",
-        *(f"{sym}{c.by_granularity[g]:,.2f}" for g in Granularity),
+        format_money(c.price_per_hour, cur),
+        *(format_money(c.by_granularity[g], cur) for g in Granularity),
         c.row.as_of,
         "; ".join(c.notes),
     ]

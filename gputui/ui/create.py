@@ -17,6 +17,7 @@ from gputui.format import default_label, format_money, format_remaining
 from gputui.models import Lease, Offer, as_utc
 from gputui.ui.base import BaseScreen
 from gputui.ui.dialogs import ConfirmScreen
+from gputui.ui.widgets import Note
 
 COUNTS = [1, 2, 4, 8]
 
@@ -119,8 +120,8 @@ class CreateScreen(BaseScreen):
                              id="idle-note")
         # outside the scrolling form: what a key did is always in view
         with VerticalScroll(id="outcome", can_focus=False):
-            yield Static("", id="error")
-            yield Static("", id="progress")
+            yield Note("", id="error")
+            yield Note("", id="progress")
             yield Static("", id="summary")
 
     def on_mount(self) -> None:

@@ -126,3 +126,16 @@ class KeyFooter(Footer):
         if getattr(self, "_laid_for", None) != self.size.width:
             self._laid_for = self.size.width
             self.call_after_refresh(self.recompose)
+
+
+class Note(Static):
+    """A line that takes no room while it has nothing to say (an error, a progress line)."""
+
+    def __init__(self, content: str = "", **kw) -> None:
+        super().__init__(content, **kw)
+        self.display = bool(content)
+
+    def update(self, content: object = "", *, layout: bool = True) -> None:  # type: ignore[override]
+        super().update(content, layout=layout)  # type: ignore[arg-type]
+        text = content.plain if isinstance(content, Text) else str(content)
+        self.display = bool(text.strip())
