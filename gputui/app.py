@@ -119,6 +119,9 @@ class GpuTuiApp(App[int]):
             self.lease_clock()
             if "autodl" in self.services.providers:  # an account is configured
                 self.account_clock()
+            # once the first frame is up, the other screens' code and the catalog's data are
+            # read in the background, so a screen's first opening does not wait for them
+            self.set_timer(0.5, self._preload)
 
     @work(exclusive=True, group="account", exit_on_error=False)
     async def account_clock(self) -> None:
@@ -134,6 +137,18 @@ class GpuTuiApp(App[int]):
                 if self._wallet is None:
                     self.notify(f"account balance: {exc}", severity="warning")
             await asyncio.sleep(60.0)
+
+    @work(thread=True, group="preload", exit_on_error=False)
+    def _preload(self) -> None:
+        import importlib
+
+        for _mode, _key, _label, spec, _what in SCREENS:
+            importlib.import_module(spec.partition(":")[0])
+        from gputui.catalog.prices import load_prices
+        from gputui.catalog.specs import load_specs
+
+        load_specs()
+        load_prices()
 
     @work(exclusive=True, group="leases", exit_on_error=False)
     async def lease_clock(self) -> None:

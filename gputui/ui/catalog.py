@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from decimal import Decimal
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -45,146 +42,22 @@ from gputui.catalog.fit import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB
 from gputui.format import short_gpu
 from gputui.services import catalog as svc
 from gputui.ui.base import BaseScreen
-
-TABS = ("cards", "compare", "fit", "cost")
-MAX_MARKED = 4
-MAX_BAR = 24  # cells: wider bars add nothing
-MARK = "●"
-EIGHTHS = " ▏▎▍▌▋▊▉"
-JOBS = [("inference", "inference"), ("LoRA", "lora"), ("QLoRA", "qlora"), ("full (Adam)", "full")]
-CUSTOM = "custom"
-
-
-MAX_HOURS = 24 * 366  # a year: beyond it, a typo, not a plan
-
-
-def check_hours(raw: str) -> str:
-    """The Cost tab's hours, or CatalogError saying what is wrong: 0 hours would read $0.00
-    despite a billing minimum, and 99,999,999 hours is a typo."""
-    from decimal import Decimal, InvalidOperation
-
-    text = raw.strip()
-    if not text:
-        raise CatalogError("Hours: give how long you will rent it, e.g. 10 (or 0.5)")
-    try:
-        hours = Decimal(text)
-    except InvalidOperation:
-        raise CatalogError(f"Hours: {text!r} is not a number of hours (e.g. 10 or 0.5)") from None
-    if not hours.is_finite() or hours <= 0:
-        raise CatalogError(f"Hours: {text} h is not a rental; give more than 0 (billing has "
-                           "a minimum charge, e.g. 60 s)")
-    if hours > MAX_HOURS:
-        raise CatalogError(f"Hours: {text} h is over a year ({MAX_HOURS:,} h); give a shorter "
-                           "time")
-    return text
-
-
-def bar(value: float, top: float, width: int) -> str:
-    """A horizontal bar of `width` cells, `value` of `top`, to an eighth of a cell."""
-    if width <= 0 or top <= 0 or value <= 0:
-        return ""
-    eighths = round(min(value / top, 1.0) * width * 8)
-    full, part = divmod(eighths, 8)
-    return "█" * full + (EIGHTHS[part] if part else "")
-
-
-# Compare: (label, value, shown, higher is better)
-def _price(row: svc.CardRow) -> Decimal | None:
-    return row.perf.usd_per_gpu_hour
-
-
-FIGURES = [
-    ("VRAM GiB", lambda r: r.spec.vram_gb, lambda r: f"{r.spec.vram_gb:g}", True),
-    (
-        "Bandwidth GB/s",
-        lambda r: r.spec.memory_bandwidth_gbs,
-        lambda r: f"{r.spec.memory_bandwidth_gbs:,.0f}",
-        True,
-    ),
-    ("BF16 TFLOPS", lambda r: r.spec.bf16_tflops, lambda r: svc._fig(r.spec.bf16_tflops), True),
-    ("FP8 TFLOPS", lambda r: r.spec.fp8_tflops, lambda r: svc._fig(r.spec.fp8_tflops), True),
-    ("FP32 TFLOPS", lambda r: r.spec.fp32_tflops, lambda r: svc._fig(r.spec.fp32_tflops), True),
-    (
-        "NVLink GB/s",
-        lambda r: r.spec.nvlink_gbs,
-        lambda r: f"{r.spec.nvlink_gbs:g}" if r.spec.has_nvlink else f"PCIe {r.spec.pcie_gen}",
-        True,
-    ),
-    ("TDP W", lambda r: r.spec.tdp_w, lambda r: f"{r.spec.tdp_w:,.0f}", False),
-    ("$/GPU·h", _price, lambda r: svc._money(_price(r), 2, svc._cur(r)), False),
-    (
-        "$/BF16 TF·h",
-        lambda r: r.perf.usd_per_bf16_tflop_hour,
-        lambda r: svc._money(r.perf.usd_per_bf16_tflop_hour, 4, svc._cur(r)),
-        False,
-    ),
-    (
-        "$/GB VRAM·h",
-        lambda r: r.perf.usd_per_gb_vram_hour,
-        lambda r: svc._money(r.perf.usd_per_gb_vram_hour, 4, svc._cur(r)),
-        False,
-    ),
-    (
-        "GB/s per $/h",
-        lambda r: r.perf.bandwidth_gbs_per_usd_hour,
-        lambda r: (
-            "—"
-            if r.perf.bandwidth_gbs_per_usd_hour is None
-            else f"{r.perf.bandwidth_gbs_per_usd_hour:,.0f}"
-        ),
-        True,
-    ),
-]
-
-
-def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
-    """The marked cards side by side: a row per figure, a bar per card scaled to the largest
-    of the row (so lengths compare), the best of each row in bold with ◆."""
-    n = max(1, len(cards))
-    label_w = 15
-    value_w = 8
-    cell = max(10, min((width - label_w - 2) // n - 1, MAX_BAR + value_w + 2))
-    bar_w = max(2, cell - value_w - 2)
-    table = Table(box=None, expand=False, padding=(0, 1, 0, 0), show_edge=False)
-    table.add_column("", width=label_w, no_wrap=True)
-    for c in cards:
-        table.add_column(Text(short_gpu(c.spec.name), style="bold"), width=cell, no_wrap=True)
-    for label, value, shown, higher in FIGURES:
-        vals = [value(c) for c in cards]
-        nums = [float(v) for v in vals if v is not None and float(v) > 0]
-        top = max(nums) if nums else 0.0
-        floats = [float(v) if v is not None else 0.0 for v in vals]
-        best = (max(nums) if higher else min(nums)) if nums else None
-        cells: list[Text] = []
-        for c, v in zip(cards, vals, strict=True):
-            f = float(v) if v is not None else 0.0
-            is_best = best is not None and f == best and len(set(floats)) > 1
-            text = Text()
-            text.append(bar(f, top, bar_w).ljust(bar_w), style="bold" if is_best else "")
-            text.append(" " + shown(c).rjust(value_w - 1), style="bold" if is_best else "")
-            text.append("◆" if is_best else " ")
-            cells.append(text)
-        table.add_row(Text(label), *cells)
-    return table
-
-
-def compare_view(cards: Sequence[svc.CardRow], width: int) -> Group:
-    """The compare table and, under it, what the marks mean and where each price is from."""
-    notes = Text("Lower is better for TDP and the $ rows; ◆ = best of the row.", style="dim")
-    for c in cards:
-        if c.lowest:
-            notes.append(
-                f"\n{short_gpu(c.spec.name)}: "
-                f"{svc._money(c.lowest.price_per_gpu_hour, 2, c.lowest.currency)}"
-                f"/GPU·h at {c.lowest.label}, as of {c.lowest.as_of}",
-                style="dim",
-            )
-        else:
-            notes.append(f"\n{short_gpu(c.spec.name)}: no reference price", style="dim")
-    notes.append(
-        f"\nPrices: {svc.PRICE_NOTE}. Tensor figures are dense (no sparsity).", style="dim"
-    )
-    return Group(compare_table(cards, width), Text(""), notes)
+from gputui.ui.catalog_views import (  # noqa: F401 - bar, compare_table: tested from here
+    CUSTOM,
+    EIGHTHS,
+    FIGURES,
+    JOBS,
+    MARK,
+    MAX_BAR,
+    MAX_HOURS,
+    MAX_MARKED,
+    TABS,
+    _price,
+    bar,
+    check_hours,
+    compare_table,
+    compare_view,
+)
 
 
 class CatalogScreen(BaseScreen):

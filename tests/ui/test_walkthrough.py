@@ -391,3 +391,29 @@ async def test_the_top_bar_adds_up_as_the_home_rows_read(gputui_home: Path):
         shown = sum(Decimal(r.lstrip("$")) for r in rates)
         bar = app.screen.query_one(TopBar)
         await until(pilot, lambda: f"${shown:.2f}/h" in str(bar.render()), "the bar's total")
+
+
+async def test_catalog_sort_cycles_through_the_columns_in_view(gputui_home: Path):
+    from textual.widgets import DataTable
+
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: app.screen.TITLE == "GPU catalog", "the catalog")
+        screen = app.screen
+        table = screen.query_one("#cards", DataTable)
+        visible = screen.visible_sort_keys()
+        assert 3 <= len(visible) < 12  # at 80 columns, some are a scroll away
+        seen = []
+        for _ in range(len(visible) + 1):
+            await pilot.press("s")
+            await pilot.pause()
+            seen.append(screen.sort_key)
+        assert set(seen) == set(visible)  # every visible one, and none hidden
+        x = 0
+        for column in table.columns.values():  # the sorted column is the one with the arrow
+            width = column.get_render_width(table)
+            if column.key.value == screen.sort_key:
+                assert x + width <= table.size.width and ("▲" in str(column.label)
+                                                          or "▼" in str(column.label))
+            x += width
