@@ -137,7 +137,8 @@ async def test_console_add_host_asks_once_about_the_host_key(sshd, gputui_home: 
     from textual.widgets import Input
 
     from gputui.app import GpuTuiApp
-    from gputui.ui.dialogs import AddHostDialog, ConfirmScreen
+    from gputui.ui.dialogs import AddHostDialog
+    from tests.ui.waits import question
 
     store = SessionStore(gputui_home / "state.db")
     app = GpuTuiApp(config=Config(), store=store, background=False,
@@ -153,9 +154,7 @@ async def test_console_add_host_asks_once_about_the_host_key(sshd, gputui_home: 
         dialog.query_one("#gpu", Input).focus()
         await pilot.press("enter")
         await app.workers.wait_for_complete()
-        await pilot.pause()
-        assert isinstance(app.screen, ConfirmScreen)
-        assert "SHA256:" in str(app.screen.query_one("#question").render())
+        assert "SHA256:" in await question(pilot)
         await pilot.press("y")
         await app.workers.wait_for_complete()
         await pilot.pause()

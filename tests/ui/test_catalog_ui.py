@@ -21,6 +21,7 @@ from gputui.services import catalog as svc
 from gputui.store import SessionStore
 from gputui.ui.catalog import CatalogScreen, bar, compare_table
 from gputui.ui.create import CreateScreen
+from tests.ui.waits import shown, until
 
 SIZES = [(80, 24), (200, 60)]
 FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -41,10 +42,7 @@ def make_app(home: Path, **kw) -> GpuTuiApp:
 
 async def open_catalog(pilot) -> CatalogScreen:
     await pilot.press("g")
-    await pilot.pause()
-    screen = pilot.app.screen
-    assert isinstance(screen, CatalogScreen)
-    return screen
+    return await shown(pilot, CatalogScreen)
 
 
 def keys_in_table(table: DataTable) -> list[str]:
@@ -421,12 +419,8 @@ async def test_n_rents_the_card_under_the_cursor(gputui_home: Path, size):
         assert key == "h200_sxm"
         await pilot.press("n")
         await pilot.pause()
-        create = app.screen
-        assert isinstance(create, CreateScreen)
-        for _ in range(20):
-            if create.selected_offer() is not None:
-                break
-            await pilot.pause(0.05)
+        create = await shown(pilot, CreateScreen)
+        await until(pilot, lambda: create.selected_offer() is not None, "the card chosen")
         offer = create.selected_offer()
         assert offer is not None and offer.gpu == load_specs()[key].name
 
@@ -439,12 +433,8 @@ async def test_n_from_the_fit_results_rents_that_card(gputui_home: Path):
         await pilot.pause()
         await pilot.press("escape", "n")
         await pilot.pause()
-        create = app.screen
-        assert isinstance(create, CreateScreen)
-        for _ in range(20):
-            if create.selected_offer() is not None:
-                break
-            await pilot.pause(0.05)
+        create = await shown(pilot, CreateScreen)
+        await until(pilot, lambda: create.selected_offer() is not None, "the card chosen")
         assert create.selected_offer().gpu == load_specs()[screen.fit_answer.fitting[0].card].name
 
 
@@ -458,17 +448,14 @@ async def test_n_from_a_multi_gpu_fit_brings_the_gpu_count(gputui_home: Path):
         await pilot.pause()
         model = screen.query_one("#fit-model", Select)
         model.value = "llama-3.1-70b"
-        await pilot.pause(0.3)
+        await until(pilot, lambda: screen.fit_answer is not None
+                    and screen.fit_answer.fitting[0].count > 1, "the 70B fit")
         first = screen.fit_answer.fitting[0]
         assert first.count > 1
         await pilot.press("escape", "n")
-        create = app.screen
-        assert isinstance(create, CreateScreen)
-        for _ in range(40):
-            await pilot.pause(0.05)
-            if create.query_one("#count", Select).value == first.count:
-                break
-        assert create.query_one("#count", Select).value == first.count
+        create = await shown(pilot, CreateScreen)
+        await until(pilot, lambda: create.query_one("#count", Select).value == first.count,
+                    "the GPU count")
 
 
 async def test_keys_are_hidden_where_they_do_nothing(gputui_home: Path):

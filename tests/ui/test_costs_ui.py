@@ -15,6 +15,7 @@ from gputui.config import Config
 from gputui.models import BillingRule, Granularity, Instance, InstanceStatus, Lease, LedgerEntry
 from gputui.store import SessionStore
 from gputui.ui.widgets import TopBar
+from tests.ui.waits import until
 
 FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -72,11 +73,9 @@ async def test_meter_ticks_while_an_instance_runs(gputui_home: Path, utc_clock):
         assert table.get_cell("live", "storage") == "$0.04"
         assert table.get_cell("live", "projected") == "$3.47"  # 5 h: $3.40 + $0.07
         clock[0] = FROZEN + timedelta(hours=1)
-        for _ in range(30):  # the meter ticks once a second on its own
-            await pilot.pause(0.1)
-            if ("$2.77 so far" in str(bar.render())
-                    and table.get_cell("live", "compute") == "$2.72"):
-                break
+        # the meter ticks once a second on its own
+        await until(pilot, lambda: "$2.77 so far" in str(bar.render())
+                    and table.get_cell("live", "compute") == "$2.72", "the next tick")
         assert "$2.77 so far" in str(bar.render())
         assert table.get_cell("live", "compute") == "$2.72"
         await pilot.press("2")

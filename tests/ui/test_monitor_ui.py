@@ -15,7 +15,6 @@ from gputui.config import Config
 from gputui.models import BillingRule, Instance, InstanceStatus
 from gputui.services.hub import Services
 from gputui.services.telemetry import TelemetryService
-from gputui.ui.dialogs import ConfirmScreen
 from gputui.ui.livetable import LiveTable
 from gputui.ui.monitor import (
     MonitorScreen,
@@ -36,6 +35,7 @@ from tests.services.test_telemetry_support import (
     start_load,
     wait_for,
 )
+from tests.ui.waits import question, shown
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
 
@@ -126,10 +126,9 @@ async def test_live_instance_under_load_at_80x24_keyboard_only(services: Service
         await pilot.press("s")
         assert "sorted by pid" in str(screen.query_one("#procs-title", Static).render())
         await pilot.press("k")
-        assert isinstance(app.screen, ConfirmScreen)
-        assert f"PID {pid}" in str(app.screen.query_one("#question", Static).render())
+        assert f"PID {pid}" in await question(pilot)
         await pilot.press("n")
-        assert isinstance(app.screen, MonitorScreen)
+        await shown(pilot, MonitorScreen)
         assert str(pid) in procs.rows
         # "y" sends TERM; the row goes
         await pilot.press("k")

@@ -15,6 +15,7 @@ from gputui.services.hub import Services
 from gputui.store import SessionStore
 from gputui.ui.create import CreateScreen
 from gputui.ui.dialogs import ConfirmScreen, TimerDialog
+from tests.ui.waits import shown
 
 
 def make_app(home: Path) -> GpuTuiApp:
@@ -73,8 +74,7 @@ async def test_create_shows_cost_then_rents_with_a_timer(gputui_home: Path):
 
         # t sets a new time
         await pilot.press("t")
-        await pilot.pause()
-        assert isinstance(app.screen, TimerDialog)
+        await shown(pilot, TimerDialog)
         await pilot.press(*"3h", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -82,8 +82,7 @@ async def test_create_shows_cost_then_rents_with_a_timer(gputui_home: Path):
 
         # r asks first; n keeps it, y releases
         await pilot.press("r")
-        await pilot.pause()
-        assert isinstance(app.screen, ConfirmScreen)
+        await shown(pilot, ConfirmScreen)
         await pilot.press("n")
         await pilot.pause()
         assert app.store.get_instance_sync(inst.id).status == InstanceStatus.RUNNING
@@ -104,8 +103,7 @@ async def test_no_timer_needs_confirmation(gputui_home: Path):
         await pilot.pause()
         assert "NO TIMER" in str(screen.query_one("#summary", Static).render())
         await pilot.press("ctrl+s")
-        await pilot.pause()
-        assert isinstance(app.screen, ConfirmScreen)
+        await shown(pilot, ConfirmScreen)
         await pilot.press("n")
         await pilot.pause()
         assert app.store.instances_sync() == []

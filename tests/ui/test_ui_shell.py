@@ -15,6 +15,7 @@ from gputui.models import BillingRule, Instance, InstanceStatus, Lease
 from gputui.store import SessionStore
 from gputui.ui.help import HelpScreen
 from gputui.ui.widgets import TopBar
+from tests.ui.waits import shown, until
 
 SIZES = [(80, 24), (200, 60)]
 FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -22,15 +23,7 @@ FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 async def settle(app: GpuTuiApp, pilot, screen_cls: type) -> None:
     """Wait until a mode switch has finished (a switch is asynchronous in Textual)."""
-    from textual.app import ScreenStackError
-
-    for _ in range(50):
-        await pilot.pause(0.02)
-        try:
-            if isinstance(app.screen, screen_cls):
-                return
-        except ScreenStackError:
-            continue
+    await shown(pilot, screen_cls)
 
 
 def make_app(home: Path, **kw) -> GpuTuiApp:
@@ -77,14 +70,13 @@ async def test_help_lists_every_binding(gputui_home: Path):
     app = make_app(gputui_home)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
-        await pilot.pause()
-        assert isinstance(app.screen, HelpScreen)
+        await shown(pilot, HelpScreen)
         text = str(app.screen.query_one("#help-text").render())
         for _mode, key, label, _cls, _what in SCREENS:
             assert f"{key}" in text and label in text
         assert "Quit" in text and "ctrl+p" in text
         await pilot.press("escape")
-        assert not isinstance(app.screen, HelpScreen)
+        await until(pilot, lambda: not isinstance(app.screen, HelpScreen), "help closed")
 
 
 async def test_q_quits(gputui_home: Path):
