@@ -280,7 +280,8 @@ class GpuTuiApp(App[int]):
         screen_bindings = [
             b
             for cls in type(self.screen).__mro__
-            if isinstance(cls, type) and issubclass(cls, BaseScreen)
+            # BaseScreen's own (? and q) are listed with the keys that work everywhere
+            if isinstance(cls, type) and issubclass(cls, BaseScreen) and cls is not BaseScreen
             for b in cls.__dict__.get("BINDINGS", [])
             if isinstance(b, Binding)
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.keys import format_key
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -58,9 +58,13 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 72; max-width: 100%; height: auto; max-height: 100%;
+        width: 78; max-width: 100%; height: auto; max-height: 100%;
         border: round $primary; background: $surface; padding: 0 1;
     }
+    /* the screen's keys beside everyone's: all of them in view at 80×24 */
+    HelpScreen Horizontal { height: auto; }
+    HelpScreen Horizontal > Static { width: 1fr; height: auto; }
+    HelpScreen #help-all { margin-left: 2; }
     """
 
     def __init__(self, groups: list[tuple[str, list[Binding]]]) -> None:
@@ -69,5 +73,13 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(Text.assemble(("Keys", "bold"), "  (esc closes, ↑/↓ scroll)\n"))
-            yield Static(describe_bindings(self.groups), id="help-text")
+            yield Static(Text.assemble(("Keys", "bold"), "  (esc closes)"))
+            with Horizontal():
+                # the screen's own keys on the left, the keys that work everywhere on the right
+                yield Static(describe_bindings(self.groups[:-1] or self.groups), id="help-text")
+                if len(self.groups) > 1:
+                    yield Static(describe_bindings(self.groups[-1:]), id="help-all")
+
+    def text(self) -> str:
+        """Everything the help says, as plain text (for tests and screen readers)."""
+        return "\n".join(str(w.render()) for w in self.query("#help-text, #help-all"))

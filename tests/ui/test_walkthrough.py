@@ -150,11 +150,14 @@ async def test_help_shows_bracket_keys_and_readable_names(gputui_home: Path):
             await until(pilot, lambda: app.screen.TITLE in ("Monitor", "Ollama"), "the screen")
             await pilot.press("question_mark")
             await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
-            text = str(app.screen.query_one("#help-text").render())
+            text = app.screen.text()
             assert "\n  [          Prev" in text and "\n  ]          Next" in text, text
             assert "," not in "".join(line[:12] for line in text.splitlines())
             if key == "o":
                 assert "x / esc    Cancel pull" in text
+            # every key in view at 80×24, without scrolling
+            for widget in app.screen.query("#help-text, #help-all"):
+                assert on_screen(widget) and widget.region.bottom <= 24, widget.region
             await pilot.press("escape")
             await until(pilot, lambda: not isinstance(app.screen, HelpScreen), "help closed")
 
