@@ -228,8 +228,10 @@ def cmd_release(args: argparse.Namespace) -> int:
         if args.json:
             print_json(json.loads(entry.model_dump_json()))
         else:
-            print(f"released {inst.name}: {entry.compute_cost + entry.storage_cost} "
-                  f"{entry.currency} in all")
+            from gputui.format import format_money
+
+            print(f"released {inst.name}: "
+                  f"{format_money(entry.compute_cost + entry.storage_cost, entry.currency)} in all")
         return 0
 
     return run_async(args, body)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputui.config import Config, ensure_state_dir
 from gputui.errors import BadInput, GputuiError
+from gputui.format import format_money
 from gputui.models import (
     EndReason,
     Instance,
@@ -357,7 +358,8 @@ class Services:
             await self.store.amend_ledger(entry, ran)
             self.store.notify(
                 f"{inst.name} had been launched after all and ran unwatched; terminated it "
-                f"(billed about {entry.compute_cost} {entry.currency})", "warning", bell=True,
+                f"(billed about {format_money(entry.compute_cost, entry.currency)})", "warning",
+                bell=True,
                 instance_id=inst.id)
             swept.append(inst.name)
         return swept
