@@ -125,7 +125,24 @@ class KeyFooter(Footer):
     def on_resize(self) -> None:
         if getattr(self, "_laid_for", None) != self.size.width:
             self._laid_for = self.size.width
+            self._shown_keys = None
             self.call_after_refresh(self.recompose)
+
+    def bindings_changed(self, screen: object) -> None:
+        """Recompose only when the keys shown would change: focus moves inside a form change
+        the active bindings many times without changing the footer (each recompose mounts
+        every key again)."""
+        try:
+            active = self.screen.active_bindings
+        except Exception:  # noqa: BLE001 - not attached yet
+            super().bindings_changed(screen)  # type: ignore[arg-type]
+            return
+        keys = tuple((b.key, b.description, enabled) for _n, b, enabled, _t in active.values()
+                     if b.show)
+        if keys == getattr(self, "_shown_keys", None) and self.is_attached:
+            return
+        self._shown_keys = keys
+        super().bindings_changed(screen)  # type: ignore[arg-type]
 
 
 class Note(Static):
