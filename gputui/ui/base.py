@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     from gputui.app import GpuTuiApp
 
 
+def _freeze_heap() -> None:
+    import gc
+
+    gc.freeze()
+
+
 class StoreEvent(Message):
     """A change in the session store, delivered to a screen on the UI's own loop."""
 
@@ -52,6 +58,10 @@ class BaseScreen(Screen):
             lambda ev: self.post_message(StoreEvent(ev))
         )
         self.gapp.refresh_meter(self)
+        # a screen lives until the app ends: once drawn, its widgets leave the collector's
+        # full passes too (see GpuTuiApp._freeze_heap)
+        if getattr(self.gapp, "freeze_heap", False):
+            self.call_after_refresh(_freeze_heap)
 
     def on_resize(self) -> None:
         self.gapp.refresh_meter(self)
