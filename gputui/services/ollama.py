@@ -314,10 +314,9 @@ class GpuInfo:
 
     @property
     def short_name(self) -> str:
-        name = self.name or "GPU"
-        for prefix in ("NVIDIA ", "GeForce "):
-            name = name.removeprefix(prefix)
-        return name
+        from gputui.format import short_gpu
+
+        return short_gpu(self.name) if self.name else "GPU"
 
     @property
     def free_bytes(self) -> int:
