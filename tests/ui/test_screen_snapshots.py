@@ -149,3 +149,15 @@ def test_monitor_overview_snapshot(snap_compare, gputui_home: Path, utc_clock):
 def test_monitor_detail_snapshot(snap_compare, gputui_home: Path, utc_clock):
     assert snap_compare(_monitor_app(gputui_home), terminal_size=SIZE,
                         run_before=lambda pilot: _monitor(pilot, detail=True))
+
+
+def test_jobs_snapshot_without_an_instance(snap_compare, gputui_home: Path, utc_clock):
+    async def jobs(pilot) -> None:
+        from gputui.app import SCREENS, screen_class
+
+        cls = screen_class(next(spec for mode, _k, _l, spec, _w in SCREENS if mode == "jobs"))
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(pilot.app.screen, cls), "Jobs")
+        await pilot.pause()
+
+    assert snap_compare(plain_app(gputui_home), terminal_size=SIZE, run_before=jobs)
