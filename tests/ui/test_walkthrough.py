@@ -420,3 +420,31 @@ async def test_catalog_sort_cycles_through_the_columns_in_view(gputui_home: Path
                 assert x + width <= table.size.width and ("▲" in str(column.label)
                                                           or "▼" in str(column.label))
             x += width
+
+
+async def test_the_ledger_reason_and_home_provider_are_whole_at_80_columns(gputui_home: Path):
+    from textual.widgets import DataTable
+
+    from tests.ui.test_costs_ui import FROZEN, seeded_app
+
+    def right_edge(table: DataTable, key: str) -> int:
+        x = 0
+        for column in table.columns.values():
+            x += column.get_render_width(table)
+            if column.key.value == key:
+                return x
+        raise KeyError(key)
+
+    app = seeded_app(gputui_home, [FROZEN])
+    async with app.run_test(size=(80, 24)) as pilot:
+        home = app.screen.query_one(DataTable)
+        await until(pilot, lambda: home.row_count == 1, "the live row")
+        assert right_edge(home, "provider") <= home.size.width
+        assert str(home.get_cell("live", "provider")) == "sandbox"
+        await pilot.press("c")
+        await until(pilot, lambda: app.screen.TITLE == "Costs", "Costs")
+        await pilot.press("2")
+        ledger = app.screen.query_one("#ledger-table", DataTable)
+        await until(pilot, lambda: ledger.row_count == 2 and ledger.size.width > 0, "the ledger")
+        assert right_edge(ledger, "reason") <= ledger.size.width, ledger.size
+        assert ledger.get_cell("old0", "reason") == "timer"
