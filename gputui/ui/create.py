@@ -62,7 +62,7 @@ class CreateScreen(BaseScreen):
         Binding("escape", "app.goto('home')", "Back", show=False),
     ]
     DEFAULT_CSS = """
-    CreateScreen #form { padding: 0 1; height: 1fr; }
+    CreateScreen #form { padding: 0 1; height: auto; max-height: 60%; }
     /* one line a field, so that at 80x24 the summary, errors and progress below stay in view */
     CreateScreen .row { height: 1; }
     CreateScreen .row Label { width: 12; }
