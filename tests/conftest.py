@@ -18,13 +18,18 @@ def gputui_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path / "gputui-home"
     monkeypatch.setenv("GPUTUI_HOME", str(home))
     yield home
-    # Sandbox instances a test left running: power them off, as their folders are going.
-    instances = home / "sandbox" / "instances"
-    if instances.is_dir():
-        from gputui.providers.sandbox import kill_instance_processes
+    # The simulated cloud this test started (one daemon per GPUTUI_HOME): stop it, then power
+    # off the instances it left running, as their folders are going.
+    sandbox = home / "sandbox"
+    if sandbox.is_dir():
+        from gputui.sandbox.client import stop_daemon
+        from gputui.sandbox.platform import kill_instance_processes
 
-        for root in instances.iterdir():
-            kill_instance_processes(root, grace_s=0.5)
+        stop_daemon(sandbox)
+        instances = sandbox / "instances"
+        if instances.is_dir():
+            for root in instances.iterdir():
+                kill_instance_processes(root, grace_s=0.5)
 
 
 def run_gputui_env(home: Path) -> dict[str, str]:

@@ -72,7 +72,13 @@ from gputui.models import (
     as_utc,
     utcnow,
 )
-from gputui.providers.base import Capabilities, CreateRequest, ProviderContext, ProviderError
+from gputui.providers.base import (
+    Capabilities,
+    CreateRequest,
+    Provider,
+    ProviderContext,
+    ProviderError,
+)
 from gputui.providers.lambda_cloud import ApiKey, mask_key
 
 if TYPE_CHECKING:
@@ -252,7 +258,7 @@ class _Ambiguous(Exception):
 # -- the provider ------------------------------------------------------------------------------
 
 
-class AutoDLProvider:
+class AutoDLProvider(Provider):
     name = "autodl"
     label = "AutoDL (Pro, ¥)"
     currency = CURRENCY

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from gputui.errors import GputuiError
-from gputui.models import Instance, Offer
+from gputui.models import Instance, Offer, SSHEndpoint
 
 if TYPE_CHECKING:
     from gputui.config import Config
@@ -46,13 +46,25 @@ class CreateRequest(BaseModel):
 
 @dataclass(frozen=True)
 class Capabilities:
-    """Optional abilities, declared rather than guessed."""
+    """Optional abilities, declared rather than guessed (the console reads them to offer keys)."""
 
-    stop_start: bool = False
+    stop_start: bool = False  # `stop` (power off, keeping the disk) and `start` work
     scheduled_release: bool = False  # layer 2: the provider can terminate at a time
     power_off_stops_billing: bool = True  # layer 1 works by halting the OS
     spot: bool = False
-    simulated: bool = False
+    simulated: bool = False  # no real money: the label says "(simulated)"
+    local: bool = False  # `refresh` needs no network: cheap enough for every read command
+    tags: bool = False  # instances carry our id: `find_tagged` finds a lost launch
+
+
+class ProviderServices(Protocol):
+    """What the session lends its providers: the shared SSH links and known hosts."""
+
+    @property
+    def links(self) -> LinkPool: ...
+
+    @property
+    def known_hosts(self) -> KnownHosts: ...
 
 
 class ProviderContext:
@@ -62,7 +74,7 @@ class ProviderContext:
     (`gputui instances`) never loads the SSH library.
     """
 
-    def __init__(self, state_dir: Path, config: Config, services: Any) -> None:
+    def __init__(self, state_dir: Path, config: Config, services: ProviderServices) -> None:
         self.state_dir = state_dir
         self.config = config
         self._services = services
@@ -76,34 +88,71 @@ class ProviderContext:
         return self._services.known_hosts
 
 
-@runtime_checkable
-class Provider(Protocol):
-    name: str
-    label: str  # what the user sees, e.g. "sandbox (simulated)"
-    capabilities: Capabilities
+class Provider:
+    """The whole contract between gputui and a rental platform.
 
-    async def offers(self) -> list[Offer]: ...
+    A provider overrides the four required calls (`offers`, `create`, `refresh`, `release`)
+    and any optional ability it has, declaring it in `capabilities`; every optional call has a
+    default here that does the right thing for a provider without the ability, so callers
+    never probe with `getattr`.
+
+    Errors: `ProviderError` (one line for the user; `retryable`, `outcome_unknown`), and
+    `UnknownInstance` when the provider has no such instance.
+    """
+
+    name: str = ""
+    label: str = ""  # what the user sees, e.g. "sandbox (simulated)"
+    capabilities: Capabilities = Capabilities()
+
+    # -- required ---------------------------------------------------------------------------
+    async def offers(self) -> list[Offer]:
+        """What can be rented now, with prices and billing rules."""
+        raise NotImplementedError
 
     async def create(self, request: CreateRequest, instance: Instance) -> Instance:
         """Start renting; returns the instance with provider_id, ssh endpoint and status."""
-        ...
+        raise NotImplementedError
 
     async def refresh(self, instance: Instance) -> Instance:
         """The provider's current view: status, endpoint, power state."""
-        ...
+        raise NotImplementedError
 
     async def release(self, instance: Instance) -> None:
         """Stop the billing for good. Idempotent: releasing a released instance is fine."""
-        ...
+        raise NotImplementedError
+
+    # -- optional, with defaults ----------------------------------------------------------------
+    async def boot(self, instance: Instance) -> Instance:
+        """Wait until a created instance runs (default: `create` already returned it running)."""
+        return instance
+
+    async def prepare(self, instance: Instance) -> Instance:
+        """Make the instance reachable before a link is opened (default: nothing to do)."""
+        return instance
 
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
         """Layer 2: ask the provider to terminate at `at` (None cancels). False if it can't."""
-        ...
+        return False
 
-    # Where `capabilities.stop_start`: power off (compute billing stops; storage goes on) and
-    # power on again. Each returns the instance as the provider then shows it.
     async def stop(self, instance: Instance) -> Instance:
+        """Power off keeping the disk (`capabilities.stop_start`): compute billing stops,
+        storage goes on. Returns the instance as the provider then shows it."""
         raise ProviderError(f"{instance.provider}: cannot stop and start instances")
 
     async def start(self, instance: Instance, release_at: datetime | None = None) -> Instance:
+        """Power a stopped instance on again (`capabilities.stop_start`); `release_at` is the
+        lease's deadline, for providers that arm a timer on the instance at boot."""
         raise ProviderError(f"{instance.provider}: cannot stop and start instances")
+
+    async def find_tagged(self, our_id: str) -> dict[str, Any] | None:
+        """The provider's instance launched for our record `our_id`, if any
+        (`capabilities.tags`); the default cannot tell, and says none."""
+        return None
+
+    async def link_target(self, instance: Instance) -> tuple[SSHEndpoint | None, dict[str, Any]]:
+        """Where and how to connect now: the endpoint and extra link options (AutoDL reads
+        port and password afresh; the sandbox takes its own key only). Default: as recorded."""
+        return instance.ssh, {}
+
+    async def close(self) -> None:
+        """Let go of anything held (HTTP clients, servers). Default: nothing held."""

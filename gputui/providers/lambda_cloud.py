@@ -68,7 +68,13 @@ from gputui.models import (
     SSHEndpoint,
     utcnow,
 )
-from gputui.providers.base import Capabilities, CreateRequest, ProviderContext, ProviderError
+from gputui.providers.base import (
+    Capabilities,
+    CreateRequest,
+    Provider,
+    ProviderContext,
+    ProviderError,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -303,7 +309,7 @@ def _retry_after(value: str | None) -> float | None:
 # -- the provider -----------------------------------------------------------------------------------
 
 
-class LambdaProvider:
+class LambdaProvider(Provider):
     name = "lambda"
     label = "Lambda Cloud"
     capabilities = Capabilities(
@@ -312,6 +318,7 @@ class LambdaProvider:
         power_off_stops_billing=False,  # billed until terminate, halted or not
         spot=False,
         simulated=False,
+        tags=True,
     )
 
     def __init__(
@@ -574,7 +581,7 @@ class LambdaProvider:
 
     def client_key(self) -> tuple[Path, str]:
         """gputui's key pair for Lambda instances (0600), made on first use."""
-        from gputui.sandbox.server import ensure_keypair
+        from gputui.remote.keys import ensure_keypair
 
         try:
             return ensure_keypair(self.key_path, comment="gputui-lambda")

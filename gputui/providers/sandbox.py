@@ -1,25 +1,17 @@
-"""`sandbox`: the embedded, simulated GPU rental platform — on by default, no account needed.
+"""`sandbox`: the simulated GPU rental platform — on by default, no account needed.
 
-Each instance is a folder with simulated GPUs (see `gputui.sandbox.shims`) served by a real asyncssh
-server on 127.0.0.1 (key auth only, its own host key). The platform keeps its own record of
-each instance in `platform/<id>.json` — when it ran and what it billed — independent of the
-console's store, the way a real provider's invoice is.
-
-A power-off scheduled on the instance (`shutdown -h +N`) takes effect at its time even if no
-gputui process was running then: the record is worked out from timestamps when next looked at,
-and compute billing ends at that moment (storage bills until the instance is released).
+A thin client of the simulated cloud, which runs as its own process (`gputui.sandbox.daemon`,
+started on demand, one per GPUTUI_HOME): the daemon holds every running instance's SSH endpoint,
+keeps the platform's books (`platform/<id>.json`, its invoice, independent of the console's
+store) and fires scheduled power-offs and terminations with no gputui process running. This
+module turns the provider contract into daemon requests, and the daemon's records into
+`Instance` values; it reads the platform's files but never writes them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
-import json
-import shutil
-import sys
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -32,95 +24,25 @@ from gputui.models import (
     Offer,
     SSHEndpoint,
     as_utc,
-    money,
     utcnow,
 )
 from gputui.providers.base import (
     Capabilities,
     CreateRequest,
+    Provider,
     ProviderContext,
     ProviderError,
     UnknownInstance,
 )
+from gputui.sandbox.client import DaemonDown, DaemonRefused, DaemonUnknown, SandboxClient
+from gputui.sandbox.platform import PlatformRecord, kill_instance_processes
+
+__all__ = ["SandboxProvider", "sandbox_offers", "kill_instance_processes", "PlatformRecord"]
 
 LABEL = "sandbox (simulated)"
 STORAGE_PER_GB_MONTH = Decimal("0.10")
 GPU_COUNTS = (1, 2, 4, 8)
 LOCAL_HOST = "127.0.0.1"
-
-
-@dataclass
-class PlatformRecord:
-    """The sandbox platform's own books for one instance."""
-
-    id: str
-    gpu: str
-    gpu_count: int
-    rule: dict[str, Any]
-    disk_gb: float
-    created_at: str
-    port: int = 0
-    boot_at: str | None = None  # when the platform finishes booting it (running from then)
-    periods: list[list[str | None]] = field(default_factory=list)  # running periods [start, end]
-    terminated_at: str | None = None
-    terminated_by: str | None = None  # "user" (the API's release) or "schedule" (layer 2)
-
-    def billing_rule(self) -> BillingRule:
-        return BillingRule.model_validate(self.rule)
-
-    def running_seconds(self, now: datetime) -> float:
-        total = 0.0
-        for start, end in self.periods:
-            s = datetime.fromisoformat(str(start))
-            e = datetime.fromisoformat(end) if end else now
-            total += max(0.0, (e - s).total_seconds())
-        return total
-
-    def billed(self, now: datetime | None = None) -> Decimal:
-        """What the platform charges up to `now` (or up to termination)."""
-        now = as_utc(now or utcnow())
-        if self.terminated_at:
-            now = min(now, datetime.fromisoformat(self.terminated_at))
-        rule = self.billing_rule()
-        created = datetime.fromisoformat(self.created_at)
-        compute = rule.compute_cost(self.running_seconds(now))
-        storage = rule.storage_cost(self.disk_gb, (now - created).total_seconds())
-        return money(compute + storage)
-
-
-def kill_instance_processes(root: Path, grace_s: float = 1.0) -> list[int]:
-    """Power off for real: every process running in the instance's folder goes (what a
-    machine's power-off does to everything on it, nohup'd jobs and watchdogs included)."""
-    import os
-    import signal
-    import time
-
-    root_s = str(Path(root).resolve())
-
-    def inside() -> list[int]:
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
-            except OSError:
-                continue
-            if cwd == root_s or cwd.startswith(root_s + "/"):
-                pids.append(int(entry.name))
-        return pids
-
-    found = inside()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in found:
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and inside():
-            time.sleep(0.05)
-        if not inside():
-            break
-    return found
 
 
 def _gpu_smi_name(spec: Any) -> str:
@@ -131,21 +53,21 @@ def _gpu_smi_name(spec: Any) -> str:
     return f"NVIDIA {spec.name}"
 
 
-class SandboxProvider:
+class SandboxProvider(Provider):
     name = "sandbox"
     label = LABEL
     capabilities = Capabilities(
-        stop_start=False, scheduled_release=True, power_off_stops_billing=True, simulated=True
+        stop_start=True, scheduled_release=True, power_off_stops_billing=True, simulated=True,
+        local=True,
     )
 
     def __init__(self, ctx: ProviderContext, *, boot_seconds: float = 1.5) -> None:
         self.ctx = ctx
         self.root = ctx.state_dir / "sandbox"
         self.boot_seconds = boot_seconds
-        self._servers: dict[str, Any] = {}  # instance id -> InstanceServer
-        self._lock = asyncio.Lock()
+        self.client = SandboxClient(self.root)
 
-    # -- paths and keys ---------------------------------------------------------------------------
+    # -- paths, keys and the daemon -----------------------------------------------------------
 
     def instance_root(self, instance_id: str) -> Path:
         return self.root / "instances" / instance_id
@@ -154,7 +76,7 @@ class SandboxProvider:
         return self.root / "platform" / f"{instance_id}.json"
 
     def client_key(self) -> tuple[Path, str]:
-        from gputui.sandbox.server import ensure_keypair
+        from gputui.remote.keys import ensure_keypair
 
         try:
             return ensure_keypair(self.root / "client_key", comment="gputui-sandbox-client")
@@ -162,22 +84,44 @@ class SandboxProvider:
             raise ProviderError(f"sandbox: cannot use its key in {self.root}: {exc.strerror}") from None
 
     def read_record(self, instance_id: str) -> PlatformRecord:
+        """The platform's books for one instance, as it last wrote them."""
+        import json
+
         path = self._record_path(instance_id)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return PlatformRecord(**data)
+            return PlatformRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             raise UnknownInstance(f"sandbox: no instance {instance_id} on the platform") from None
         except (OSError, ValueError, TypeError) as exc:
             raise ProviderError(f"sandbox: {path} is unreadable: {exc}") from None
 
-    def _write_record(self, rec: PlatformRecord) -> None:
-        from gputui.config import write_private
-
+    async def _call(self, op: str, **args: Any) -> Any:
+        if op != "status":
+            self.client_key()  # the daemon authorises this key: it exists before the daemon
         try:
-            write_private(self._record_path(rec.id), json.dumps(rec.__dict__, indent=1).encode())
-        except OSError as exc:
-            raise ProviderError(f"sandbox: cannot write {self._record_path(rec.id)}: {exc.strerror}") from None
+            return await self.client.call(op, **args)
+        except DaemonUnknown as exc:
+            raise UnknownInstance(str(exc)) from None
+        except (DaemonRefused, DaemonDown) as exc:
+            raise ProviderError(str(exc)) from None
+
+    async def _record(self, op: str, instance_id: str) -> PlatformRecord:
+        answer = await self._call(op, id=instance_id)
+        self._trust(answer)
+        return PlatformRecord.from_json(answer)
+
+    def _trust(self, answer: dict[str, Any]) -> None:
+        """The platform vouches for its own instance's host key, as a cloud console shows it."""
+        line, port = answer.get("host_key"), int(answer.get("port") or 0)
+        if not line or not port:
+            return
+        import asyncssh
+
+        key = asyncssh.import_public_key(line)
+        known = self.ctx.host_keys
+        if not any(k.public_data == key.public_data for k in known.host_keys(LOCAL_HOST, port)):
+            known.forget(LOCAL_HOST, port)
+            known.add(LOCAL_HOST, port, key)
 
     # -- offers ----------------------------------------------------------------------------------
 
@@ -193,41 +137,32 @@ class SandboxProvider:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     async def create(self, request: CreateRequest, instance: Instance) -> Instance:
+        import json
+
         from gputui.catalog.specs import load_specs
-        from gputui.sandbox.shims.state import create_instance_dir
 
         offer = self._offer(request.offer_id)
         spec = load_specs()[offer.offer_id.removeprefix("sandbox-")]
-        root = self.instance_root(instance.id)
-        mem = spec.nvidia_smi_total_mib or int(spec.vram_gb * 1024)
-        try:
-            await asyncio.to_thread(
-                create_instance_dir, root, instance_id=instance.id, gpu_name=_gpu_smi_name(spec),
-                gpu_count=request.gpu_count, memory_total_mib=mem, power_limit_w=spec.tdp_w,
-                tdp_w=spec.tdp_w, python=sys.executable,
-            )
-        except OSError as exc:
-            raise ProviderError(f"sandbox: cannot create the instance folder: {exc.strerror}") from None
-        now = utcnow()
         rule = offer.billing.model_copy(
             update={"price_per_hour": offer.price_per_gpu_hour * request.gpu_count}
         )
-        rec = PlatformRecord(
-            id=instance.id, gpu=offer.gpu, gpu_count=request.gpu_count,
-            rule=json.loads(rule.model_dump_json()), disk_gb=request.disk_gb,
-            created_at=now.isoformat(),
-            boot_at=(now + timedelta(seconds=self.boot_seconds)).isoformat(),
-        )
-        self._write_record(rec)
-        server = await self._serve(instance.id, rec)
-        instance = instance.model_copy(update={
+        answer = await self._call("create", spec={
+            "id": instance.id, "gpu": offer.gpu, "gpu_count": request.gpu_count,
+            "gpu_smi_name": _gpu_smi_name(spec),
+            "memory_total_mib": spec.nvidia_smi_total_mib or int(spec.vram_gb * 1024),
+            "power_limit_w": spec.tdp_w, "tdp_w": spec.tdp_w,
+            "rule": json.loads(rule.model_dump_json()), "disk_gb": request.disk_gb,
+            "boot_seconds": self.boot_seconds,
+        })
+        self._trust(answer)
+        rec = PlatformRecord.from_json(answer)
+        return instance.model_copy(update={
             "provider_id": instance.id,
             "billing": rule,
             "status": InstanceStatus.BOOTING,
-            "created_at": now,
-            "ssh": self._endpoint(server.port),
+            "created_at": datetime.fromisoformat(rec.created_at),
+            "ssh": self._endpoint(rec.port),
         })
-        return instance
 
     async def boot(self, instance: Instance) -> Instance:
         """Wait for the platform to finish booting it (it does so on its own, watched or not)."""
@@ -242,84 +177,23 @@ class SandboxProvider:
         key_path, _ = self.client_key()
         return SSHEndpoint(host=LOCAL_HOST, port=port, user="root", key_path=str(key_path))
 
-    async def _serve(self, instance_id: str, rec: PlatformRecord) -> Any:
-        """Start this instance's SSH server in this process (on its recorded port if it has one)."""
-        from gputui.sandbox.server import ensure_host_key, start_instance_server
-        from gputui.sandbox.shims.state import install_shims
-
-        _, public = self.client_key()
-        host_key_path = self.root / "platform" / f"{instance_id}.host_key"
-        with contextlib.suppress(OSError):  # a newer gputui brings its newer tools
-            await asyncio.to_thread(install_shims, self.instance_root(instance_id),
-                                    python=sys.executable)
-        try:
-            server = await start_instance_server(
-                self.instance_root(instance_id), host_key_path=host_key_path,
-                authorized_keys=[public], port=rec.port,
-            )
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise
-            raise ProviderError(f"sandbox: cannot start the instance's SSH server: {exc}") from None
-        self._servers[instance_id] = server
-        if rec.port != server.port:
-            rec.port = server.port
-            self._write_record(rec)
-        # The platform vouches for its own instance's host key, as a cloud console shows it.
-        key = ensure_host_key(host_key_path)
-        known = self.ctx.host_keys
-        if not any(k.public_data == key.public_data for k in known.host_keys(LOCAL_HOST, server.port)):
-            known.forget(LOCAL_HOST, server.port)
-            known.add(LOCAL_HOST, server.port, key)
-        return server
-
     async def prepare(self, instance: Instance) -> Instance:
-        """Make the instance reachable from this process: serve it unless another process does."""
-        async with self._lock:
-            if instance.id in self._servers or not instance.status.live:
-                return instance
-            rec = self.read_record(instance.id)
-            if rec.terminated_at:
-                return instance
-            try:
-                await self._serve(instance.id, rec)
-            except OSError:
-                # Another gputui process serves this port already; it is the same instance.
-                pass
-            if instance.ssh is None or instance.ssh.port != rec.port:
-                instance = instance.model_copy(update={"ssh": self._endpoint(rec.port)})
+        """Make the instance reachable: the daemon serves it (it is started if it is not)."""
+        if not instance.status.live:
             return instance
+        rec = await self._record("serve", instance.id)
+        if rec.terminated_at or not rec.port:
+            return instance
+        if instance.ssh is None or instance.ssh.port != rec.port:
+            instance = instance.model_copy(update={"ssh": self._endpoint(rec.port)})
+        return instance
 
     async def refresh(self, instance: Instance) -> Instance:
-        """The platform's view, worked out from timestamps (a past power-off is in effect).
-
-        The platform's running periods are the truth for billing: the instance's record is
-        brought in line with them.
-        """
-        from gputui.sandbox.shims.state import power_state
-
-        rec = self.read_record(instance.id)
-        scheduled = self.scheduled_release(instance.id)
-        if not rec.terminated_at and scheduled is not None and scheduled <= utcnow():
-            # Layer 2: the platform itself terminates at the scheduled time.
-            await self._terminate(rec, scheduled, by="schedule")
-        if not rec.terminated_at and not rec.periods:
-            boot_at = datetime.fromisoformat(rec.boot_at) if rec.boot_at else None
-            if boot_at is None or boot_at <= utcnow():
-                rec.periods.append([(boot_at or utcnow()).isoformat(), None])
-                self._write_record(rec)
-        if not rec.terminated_at:
-            try:
-                power = power_state(self.instance_root(instance.id))
-            except Exception as exc:  # a damaged instance folder: say so, keep the record
-                raise ProviderError(f"sandbox: {exc}") from None
-            if power.is_off and rec.periods and rec.periods[-1][1] is None:
-                assert power.at is not None
-                rec.periods[-1][1] = power.at.isoformat()
-                self._write_record(rec)
-                await self._stop_server(instance.id)
-                with contextlib.suppress(OSError):
-                    await asyncio.to_thread(kill_instance_processes, self.instance_root(instance.id))
+        """The platform's view (a past power-off or termination is in effect): the instance's
+        record is brought in line with the platform's running periods, the truth for billing."""
+        rec = await self._record("view", instance.id)
+        if rec.terminated_at and rec.port:
+            self.ctx.host_keys.forget(LOCAL_HOST, rec.port)
         return self._apply_record(instance, rec)
 
     def _apply_record(self, instance: Instance, rec: PlatformRecord) -> Instance:
@@ -338,61 +212,41 @@ class SandboxProvider:
                 inst.end_reason = reason  # type: ignore[assignment]
                 if rec.terminated_by == "schedule":
                     inst.status_detail = "terminated by the platform's scheduled release"
-        elif open_period is not None and inst.status in (InstanceStatus.REQUESTED, InstanceStatus.BOOTING):
+        elif open_period is not None and inst.status in (
+                InstanceStatus.REQUESTED, InstanceStatus.BOOTING, InstanceStatus.STOPPED):
             inst.status = InstanceStatus.RUNNING
             inst.status_detail = None
+            inst.stopped_at = None
         elif open_period is None and rec.periods:
             off_at = datetime.fromisoformat(str(rec.periods[-1][1]))
             if inst.status != InstanceStatus.RELEASING:
                 inst.status = InstanceStatus.STOPPED
             inst.stopped_at = off_at
-            inst.status_detail = f"powered off at {off_at.astimezone():%H:%M:%S}"
+            how = "stopped" if rec.stopped_by == "user" else "powered off"
+            inst.status_detail = f"{how} at {off_at.astimezone():%H:%M:%S}"
         return inst
-
-    async def _stop_server(self, instance_id: str) -> None:
-        server = self._servers.pop(instance_id, None)
-        if server is not None:
-            await server.aclose()
 
     async def release(self, instance: Instance) -> None:
         """Terminate: processes killed, the disk wiped, billing ends now. Idempotent."""
-        rec = self.read_record(instance.id)
-        if not rec.terminated_at:
-            await self._terminate(rec, utcnow())
-
-    async def _terminate(self, rec: PlatformRecord, at: datetime, by: str = "user") -> None:
-        from gputui.sandbox.shims.state import kill_processes, power_state
-
-        root = self.instance_root(rec.id)
-        with contextlib.suppress(Exception):
-            power = power_state(root, at)
-            if power.is_off and power.at is not None and rec.periods and rec.periods[-1][1] is None:
-                rec.periods[-1][1] = power.at.isoformat()
-        if rec.periods and rec.periods[-1][1] is None:
-            rec.periods[-1][1] = at.isoformat()
-        rec.terminated_at = at.isoformat()
-        rec.terminated_by = by
-        self._write_record(rec)
-        await self._stop_server(rec.id)
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(kill_processes, root)
-        with contextlib.suppress(OSError):
-            await asyncio.to_thread(kill_instance_processes, root)
-        with contextlib.suppress(OSError):
-            await asyncio.to_thread(shutil.rmtree, root)
-        (self.root / "platform" / f"{rec.id}.release_at").unlink(missing_ok=True)
+        rec = await self._record("release", instance.id)
         if rec.port:
             self.ctx.host_keys.forget(LOCAL_HOST, rec.port)
 
+    async def stop(self, instance: Instance) -> Instance:
+        """Power off keeping the disk: compute billing ends, storage goes on."""
+        return self._apply_record(instance, await self._record("stop", instance.id))
+
+    async def start(self, instance: Instance, release_at: datetime | None = None) -> Instance:
+        """Power a stopped instance on again: billed from now, served on its port (its timers
+        are the lease's to re-arm: `release_at` is not needed here)."""
+        inst = self._apply_record(instance, await self._record("start", instance.id))
+        return await self.prepare(inst)
+
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
-        """Layer 2: the platform terminates at `at` — recorded; enforced when next looked at."""
-        rec = self.read_record(instance.id)
-        path = self.root / "platform" / f"{instance.id}.release_at"
-        if at is None:
-            path.unlink(missing_ok=True)
-        else:
-            path.write_text(as_utc(at).isoformat(), encoding="utf-8")
-        return rec.terminated_at is None
+        """Layer 2: the platform terminates at `at` — its daemon fires it, watched or not."""
+        answer = await self._call("schedule", id=instance.id,
+                                  at=None if at is None else as_utc(at).isoformat())
+        return bool(answer.get("scheduled"))
 
     def scheduled_release(self, instance_id: str) -> datetime | None:
         path = self.root / "platform" / f"{instance_id}.release_at"
@@ -401,9 +255,8 @@ class SandboxProvider:
         except (OSError, ValueError):
             return None
 
-    async def close(self) -> None:
-        for iid in list(self._servers):
-            await self._stop_server(iid)
+    async def link_target(self, instance: Instance) -> tuple[SSHEndpoint | None, dict[str, Any]]:
+        return instance.ssh, {"agent_path": None}  # the sandbox takes its own key only
 
 
 def sandbox_offers() -> list[Offer]:

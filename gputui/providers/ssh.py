@@ -18,12 +18,18 @@ from gputui.models import (
     SSHEndpoint,
     utcnow,
 )
-from gputui.providers.base import Capabilities, CreateRequest, ProviderContext, ProviderError
+from gputui.providers.base import (
+    Capabilities,
+    CreateRequest,
+    Provider,
+    ProviderContext,
+    ProviderError,
+)
 
 POWER_OFF = "shutdown -h now || sudo -n shutdown -h now || poweroff"
 
 
-class SshProvider:
+class SshProvider(Provider):
     name = "ssh"
     label = "ssh (your own host)"
     capabilities = Capabilities(scheduled_release=False, power_off_stops_billing=True)

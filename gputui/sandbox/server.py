@@ -31,6 +31,8 @@ from typing import Any
 
 import asyncssh
 
+from gputui.remote.keys import ensure_host_key, ensure_keypair
+
 __all__ = [
     "InstanceServer",
     "POWERED_OFF_MESSAGE",
@@ -50,43 +52,7 @@ _DRAIN_TIMEOUT = 2.0  # after the shell exits, how long background children may 
 _PROTECTED_ENV = {"PATH", "HOME", "PWD", "SHELL", "USER", "LOGNAME", "GPUTUI_SANDBOX_ROOT"}
 
 
-# -- keys -----------------------------------------------------------------------------------
-def _write_private(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
-def ensure_host_key(path: Path | str) -> asyncssh.SSHKey:
-    """Load the host key at `path`, generating an Ed25519 one (mode 0600) the first time."""
-    path = Path(path)
-    if path.exists():
-        if path.stat().st_mode & 0o077:
-            os.chmod(path, 0o600)
-        return asyncssh.read_private_key(str(path))
-    key = asyncssh.generate_private_key("ssh-ed25519", comment="gputui-sandbox-host")
-    _write_private(path, key.export_private_key("openssh"))
-    return key
-
-
-def ensure_keypair(path: Path | str, comment: str = "gputui-sandbox") -> tuple[Path, str]:
-    """A client key pair at `path` (0600) and `path`.pub; returns (private path, public line)."""
-    path = Path(path)
-    if path.exists():
-        key = asyncssh.read_private_key(str(path))
-    else:
-        key = asyncssh.generate_private_key("ssh-ed25519", comment=comment)
-        _write_private(path, key.export_private_key("openssh"))
-    public = key.export_public_key("openssh").decode("ascii").strip()
-    pub_path = path.with_name(path.name + ".pub")
-    if not pub_path.exists() or pub_path.read_text(encoding="ascii").strip() != public:
-        pub_path.write_text(public + "\n", encoding="ascii")
-    return path, public
-
-
+# -- keys (made by gputui.remote.keys; re-exported for the server's callers) ----------------
 _KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-")
 
 
@@ -210,6 +176,7 @@ class InstanceServer:
         self.host = LISTEN_HOST
         self.port = 0
         self.host_key_fingerprint: str = host_key.get_fingerprint("sha256")
+        self.host_key_line: str = host_key.export_public_key("openssh").decode("ascii").strip()
         self._host_key = host_key
         self._authorized = authorized
         self._power_check = power_check
@@ -221,10 +188,10 @@ class InstanceServer:
         self._base_path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def _start(self, port: int, power_poll_interval: float | None) -> None:
-        self._acceptor = await asyncssh.listen(
-            host=LISTEN_HOST,
-            port=port,
+    def listen_options(self) -> dict[str, Any]:
+        """Every option the instance's SSH server is started with, in one place (a subsystem
+        such as SFTP is switched on here: `sftp_factory`)."""
+        return dict(
             server_factory=lambda: _ServerConn(self),
             server_host_keys=[self._host_key],
             authorized_client_keys=self._authorized,
@@ -244,6 +211,9 @@ class InstanceServer:
             keepalive_interval=15,
             keepalive_count_max=3,
         )
+
+    async def _start(self, port: int, power_poll_interval: float | None) -> None:
+        self._acceptor = await asyncssh.listen(host=LISTEN_HOST, port=port, **self.listen_options())
         self.port = self._acceptor.get_port()
         if power_poll_interval:
             self._poll_task = asyncio.create_task(self._poll_power(power_poll_interval))

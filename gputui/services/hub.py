@@ -282,13 +282,11 @@ class Services:
             raise ServiceError(str(exc)) from None
         await self.store.put_instance(inst)
         say("booting")
-        boot = getattr(provider, "boot", None)
-        if boot is not None:
-            try:
-                inst = await boot(inst)
-            except ProviderError as exc:
-                await self._fail(inst, str(exc))
-                raise ServiceError(str(exc)) from None
+        try:
+            inst = await provider.boot(inst)
+        except ProviderError as exc:
+            await self._fail(inst, str(exc))
+            raise ServiceError(str(exc)) from None
         await self.store.put_instance(inst)
         say("running")
         return inst
@@ -323,11 +321,10 @@ class Services:
         swept: list[str] = []
         for inst in written_off:
             provider = self.providers.get(inst.provider)
-            find = getattr(provider, "find_tagged", None)
-            if provider is None or find is None:
+            if provider is None or not provider.capabilities.tags:
                 continue
             try:
-                found = await find(inst.id)
+                found = await provider.find_tagged(inst.id)
             except ProviderError as exc:
                 self.store.notify(f"could not check for a stray {inst.name}: {exc}", "warning")
                 continue
@@ -375,31 +372,19 @@ class Services:
     async def link(self, inst: Instance, *, accept_new_host_key: bool = False) -> Any:
         """The instance's one shared SSH link (its provider makes it reachable first)."""
         provider = self.provider(inst.provider)
-        prepare = getattr(provider, "prepare", None)
-        if prepare is not None:
-            try:
-                prepared = await prepare(inst)
-            except ProviderError as exc:
-                raise ServiceError(str(exc)) from None
-            if prepared.ssh != inst.ssh:
-                inst = await self.store.update_instance(
-                    inst.id, lambda i: i.model_copy(update={"ssh": prepared.ssh}))
-        options: dict[str, Any] = {}
-        target = getattr(provider, "link_target", None)
-        if target is not None:
-            # Read where and how to connect now (AutoDL: port and password from the snapshot,
-            # on every connection); only the endpoint is recorded, the rest stays in the link.
-            try:
-                endpoint, options = await target(inst)
-            except ProviderError as exc:
-                raise ServiceError(str(exc)) from None
-            if endpoint != inst.ssh:
-                inst = await self.store.update_instance(
-                    inst.id, lambda i: i.model_copy(update={"ssh": endpoint}))
+        try:
+            prepared = await provider.prepare(inst)
+            # Where and how to connect now (AutoDL: port and password from the snapshot, on
+            # every connection); only the endpoint is recorded, the rest stays in the link.
+            endpoint, target_options = await provider.link_target(prepared)
+        except ProviderError as exc:
+            raise ServiceError(str(exc)) from None
+        if endpoint != inst.ssh:
+            inst = await self.store.update_instance(
+                inst.id, lambda i: i.model_copy(update={"ssh": endpoint}))
         if inst.ssh is None:
             raise ServiceError(f"{inst.name}: has no SSH endpoint (status {inst.status.value})")
-        if inst.provider == "sandbox":
-            options["agent_path"] = None  # the sandbox takes its own key only
+        options: dict[str, Any] = dict(target_options)
         if accept_new_host_key:
             options["accept_new_host_key"] = True
         return self.links.get(inst.id, inst.ssh, **options)
@@ -601,10 +586,8 @@ class Services:
         if "links" in self.__dict__:
             await self.links.close_all()
         for provider in self.providers.made():  # not the ones never used
-            closer = getattr(provider, "close", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer()
+            with contextlib.suppress(Exception):
+                await provider.close()
 
 
 def _service_error(exc: ProviderError) -> ServiceError:
