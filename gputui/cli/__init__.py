@@ -20,7 +20,7 @@ from gputui.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GputuiError, exit_code,
 
 # The subjects, in the order `gputui --help` lists their commands.
 SUBJECTS = ("instances", "lifecycle", "jobs", "ollama", "gpus", "costs", "catalog", "config",
-            "daemon", "metrics", "mcp")
+            "daemon", "metrics", "mcp", "sandbox")
 
 
 def _run_console(args: argparse.Namespace) -> int:

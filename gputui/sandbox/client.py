@@ -141,7 +141,7 @@ class SandboxClient:
         """Start the daemon detached (one at a time: a lock in the folder), and wait until it
         answers."""
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        lock = open(self.root / "spawn.lock", "a+")  # noqa: SIM115
+        lock = open(self.root / "spawn.lock", "a+")  # noqa: ASYNC230 - a lock file, opened once
         try:
             deadline = time.monotonic() + START_TIMEOUT_S
             while True:
