@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
@@ -91,6 +93,7 @@ class GpuTuiApp(App[int]):
         self._requested_theme = theme_name
         self._live: list[Instance] = []
         self._wallet: tuple[Decimal, str] | None = None  # (balance, currency), read now and then
+        self._unsubscribe: Callable[[], None] | None = None
         self.now: Callable[[], datetime] = utcnow  # tests freeze the clock here
         self._choose_theme()
 
@@ -114,8 +117,15 @@ class GpuTuiApp(App[int]):
             self.notify(warning, severity="warning", timeout=8)
         if self._requested_theme and self._remember_theme:
             self._save_theme(self._theme_chosen)
+        # Store events are published on whichever thread changed the store (a worker thread
+        # for `await store.put_instance(...)`): they reach the App on its own loop, and the
+        # services they drive are made here, on that loop.
+        self._app_loop = asyncio.get_running_loop()
+        self._app_thread = threading.get_ident()
+        if self._background:
+            _ = self.telemetry
         self._reload_live()
-        self.store.subscribe(self._on_store_event)
+        self._unsubscribe = self.store.subscribe(self._on_store_event)
         self.set_interval(1.0, self._tick)
         self.set_interval(2.0, self.store.poll_external)
         if self._background:
@@ -168,8 +178,6 @@ class GpuTuiApp(App[int]):
     async def lease_clock(self) -> None:
         """Layer 3 of auto-release: overdue instances go at start, the rest at their deadline.
         Every 30 s the providers are asked too (a power-off on the instance shows up)."""
-        import asyncio
-
         ticks = 0
         while True:
             try:
@@ -190,6 +198,8 @@ class GpuTuiApp(App[int]):
         if self._closed:  # subclasses may call this again; once is enough
             return
         self._closed = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         if "telemetry" in self.__dict__:
             await self.telemetry.close()
         await self.services.close()
@@ -202,6 +212,10 @@ class GpuTuiApp(App[int]):
             self.notify(f"could not remember the theme: {exc}", severity="warning")
 
     def _on_store_event(self, event: object) -> None:
+        if threading.get_ident() != self._app_thread:
+            if not self._app_loop.is_closed():
+                self._app_loop.call_soon_threadsafe(self._on_store_event, event)
+            return
         if isinstance(event, InstanceChanged):
             self._reload_live()
         elif isinstance(event, Notice):

@@ -542,22 +542,41 @@ class TelemetryService:
         self._clock = clock
         self._watches: dict[str, _Watch] = {}
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # The loop the streams run on: the one it is made on (make it on the loop that will
+        # run it), else the first that calls it.
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._pending: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._unsubscribe = store.subscribe(self._on_store_event)
 
     def _deferred(self, fn: Callable[..., Any], *args: Any) -> bool:
         """Store events arrive on worker threads too: run `fn(*args)` on the service's loop
-        instead when called off it (returns True: the caller should stop here)."""
+        instead when called off it (returns True: the caller should stop here). A call made
+        before any loop is known is kept and run when the service first runs on one: no call
+        is ever dropped."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
         if loop is not None and (self._loop is None or loop is self._loop):
             self._loop = loop
+            if self._pending:
+                pending, self._pending = self._pending, []
+                for queued, queued_args in pending:
+                    loop.call_soon(queued, *queued_args)
             return False
         target = self._loop
         if target is not None and not target.is_closed():
             target.call_soon_threadsafe(fn, *args)
+        elif target is None:
+            log.warning("telemetry: %s called before any loop runs it; kept for later",
+                        getattr(fn, "__name__", fn))
+            self._pending.append((fn, args))
+        else:
+            log.warning("telemetry: %s called after its loop closed; nothing to run it",
+                        getattr(fn, "__name__", fn))
         return True
 
     # -- settings -----------------------------------------------------------------------------
