@@ -7,7 +7,7 @@ provider, `gputui sandbox status|stop`) on a Unix socket, one JSON object per li
     → {"op": "view", "id": "3f2a…"}
     ← {"ok": true, "result": {...}}      or   {"ok": false, "kind": "unknown", "error": "…"}
 
-Ops: ping, status, create, view, serve, unserve, release, schedule, stop, start, shutdown.
+Ops: ping, status, create, view, serve, release, schedule, stop, start, outage, shutdown.
 
 Started on demand, detached (its own session: a console that dies or a closed terminal does not
 take it down); a second daemon for the same folder exits at once (it holds `daemon.lock`).
@@ -81,8 +81,10 @@ class Daemon:
                           "instances": await p.status()}
             elif op == "create":
                 result = await p.create(dict(request["spec"]))
-            elif op in ("view", "serve", "unserve", "release", "stop", "start"):
+            elif op in ("view", "serve", "release", "stop", "start"):
                 result = await getattr(p, op)(str(request["id"]))
+            elif op == "outage":
+                result = await p.outage(str(request["id"]), bool(request["down"]))
             elif op == "schedule":
                 result = await p.schedule(str(request["id"]), request.get("at"))
             elif op == "shutdown":

@@ -150,6 +150,7 @@ class Platform:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.servers: dict[str, Any] = {}  # instance id -> InstanceServer
+        self.outages: set[str] = set()  # endpoints staged down (`outage`)
         self.lock = asyncio.Lock()
 
     # -- files ------------------------------------------------------------------------------
@@ -254,11 +255,19 @@ class Platform:
                 await self._serve(rec)
             return self._answer(rec)
 
-    async def unserve(self, instance_id: str) -> dict[str, Any]:
-        """Take the instance's SSH endpoint down (an outage, as the tests stage it)."""
+    async def outage(self, instance_id: str, down: bool) -> dict[str, Any]:
+        """Stage a network outage: the instance's endpoint drops every connection and stops
+        answering until the outage ends (`down` false), whoever asks for it meanwhile."""
         async with self.lock:
-            await self._stop_server(instance_id)
-            return self._answer(self.read(instance_id))
+            rec = self.read(instance_id)
+            if down:
+                self.outages.add(instance_id)
+                await self._stop_server(instance_id)
+            else:
+                self.outages.discard(instance_id)
+                if not rec.terminated_at and rec.stopped_by is None and not self._off(rec):
+                    await self._serve(rec)
+            return self._answer(rec)
 
     async def release(self, instance_id: str) -> dict[str, Any]:
         """Terminate: processes killed, the disk wiped, billing ends now. Idempotent."""
@@ -422,7 +431,7 @@ class Platform:
         from gputui.sandbox.server import start_instance_server
         from gputui.sandbox.shims.state import install_shims
 
-        if rec.id in self.servers or rec.terminated_at:
+        if rec.id in self.servers or rec.terminated_at or rec.id in self.outages:
             return
         root = self.instance_root(rec.id)
         with contextlib.suppress(OSError):  # a newer gputui brings its newer tools

@@ -142,8 +142,8 @@ async def test_dropped_link_shows_reconnecting_goes_stale_and_resumes(
         tel = services.store.telemetry(inst.id)
         await wait_for(lambda: tel.updated is not None, what="first sample")
         provider = services.provider("sandbox")
-        server = provider._servers[inst.id]
-        server.close()  # the platform drops every connection and stops answering
+        # the platform drops every connection and stops answering
+        await provider.client.call("outage", id=inst.id, down=True)
         await wait_for(lambda: services.store.link(inst.id)[0] == LinkState.RECONNECTING,
                        what="reconnecting")
         assert telemetry.status(inst.id).reconnecting
@@ -153,9 +153,7 @@ async def test_dropped_link_shows_reconnecting_goes_stale_and_resumes(
         assert status.diagnosis is None  # a drop is not a diagnosis: it says reconnecting
         before = tel.updated
         # the instance comes back on the same port; nobody restarts anything by hand
-        provider._servers.pop(inst.id)
-        await server.wait_closed()
-        await provider.prepare(inst)
+        await provider.client.call("outage", id=inst.id, down=False)
         await wait_for(lambda: tel.updated is not None and before is not None
                        and tel.updated > before, timeout=15, what="samples after reconnect")
         assert services.store.link(inst.id)[0] == LinkState.CONNECTED

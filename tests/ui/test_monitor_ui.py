@@ -194,12 +194,12 @@ async def test_dropped_link_shows_reconnecting_then_resumes(services: Services):
         await wait_for(lambda: inst.id in table.rows and cells(table, inst.id)[-1] == "live",
                        what="live")
         provider = services.provider("sandbox")
-        await provider.client.call("unserve", id=inst.id)  # the cloud's endpoint goes down
+        await provider.client.call("outage", id=inst.id, down=True)  # the cloud's endpoint goes down
         await wait_for(lambda: "reconnecting" in cells(table, inst.id)[-1], what="reconnecting")
         await pilot.pause(0.3)
         text = screen_text(app)
         assert "reconnecting" in text and "last data" in text
-        await provider.prepare(inst)  # and is served again
+        await provider.client.call("outage", id=inst.id, down=False)  # and is served again
         await wait_for(lambda: cells(table, inst.id)[-1] == "live", timeout=15,
                        what="live again")
 
