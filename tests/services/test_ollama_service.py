@@ -459,6 +459,8 @@ async def test_not_installed_says_how_to_install(services: Services,
                                                   capsys: pytest.CaptureFixture[str]):
     monkeypatch.delitem(state.SHIMS, "ollama")
     inst = await rent(services, count=1)
+    # the simulated cloud (its own process) installed its tools: this machine has no ollama
+    (services.provider("sandbox").instance_root(inst.id) / "bin" / "ollama").unlink()
     svc = OllamaService(services)
     st = await svc.status(inst)
     assert not st.installed and st.state == "not installed"
