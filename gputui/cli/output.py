@@ -81,7 +81,7 @@ def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
         print(f"gputui: {store.path}: {store.read_only}; showing the state as last saved "
               "(changes are refused until there is room)", file=sys.stderr)
         return
-    live = [i for i in store.instances_sync(live_only=True) if i.provider == "sandbox"]
+    live = store.instances_sync(live_only=True)
     if not live:
         return
     import asyncio
@@ -92,6 +92,8 @@ def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
         services = services_for(args, store)
         try:
             for inst in live:
+                if not services.capabilities(inst.provider).local:
+                    continue
                 try:
                     await services.refresh(inst)
                 except ServiceError as exc:

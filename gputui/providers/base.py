@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -55,6 +56,7 @@ class Capabilities:
     simulated: bool = False  # no real money: the label says "(simulated)"
     local: bool = False  # `refresh` needs no network: cheap enough for every read command
     tags: bool = False  # instances carry our id: `find_tagged` finds a lost launch
+    rentable: bool = True  # `create` rents from its offers (False: hosts are added, not rented)
 
 
 class ProviderServices(Protocol):
@@ -103,6 +105,7 @@ class Provider:
     name: str = ""
     label: str = ""  # what the user sees, e.g. "sandbox (simulated)"
     capabilities: Capabilities = Capabilities()
+    warnings: Sequence[str] = ()  # what the user should know about its setup, said once
 
     # -- required ---------------------------------------------------------------------------
     async def offers(self) -> list[Offer]:

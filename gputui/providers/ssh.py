@@ -32,7 +32,8 @@ POWER_OFF = "shutdown -h now || sudo -n shutdown -h now || poweroff"
 class SshProvider(Provider):
     name = "ssh"
     label = "ssh (your own host)"
-    capabilities = Capabilities(scheduled_release=False, power_off_stops_billing=True)
+    capabilities = Capabilities(scheduled_release=False, power_off_stops_billing=True,
+                                rentable=False)
 
     def __init__(self, ctx: ProviderContext) -> None:
         self.ctx = ctx

@@ -28,6 +28,7 @@ from gputui.models import (
     utcnow,
 )
 from gputui.providers.base import (
+    Capabilities,
     CreateRequest,
     Provider,
     ProviderContext,
@@ -113,6 +114,23 @@ def keepalive_for(interval_s: float) -> dict[str, float | int]:
     return {"keepalive_interval": every, "keepalive_count_max": 2}
 
 
+# The providers gputui knows: name -> "module:Class" (imported when first used).
+PROVIDER_CLASSES: dict[str, str] = {
+    "sandbox": "gputui.providers.sandbox:SandboxProvider",
+    "ssh": "gputui.providers.ssh:SshProvider",
+    "lambda": "gputui.providers.lambda_cloud:LambdaProvider",
+}
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The class of provider `name` (KeyError: no such provider)."""
+    import importlib
+
+    module, _, cls = PROVIDER_CLASSES[name].partition(":")
+    found: type[Provider] = getattr(importlib.import_module(module), cls)
+    return found
+
+
 def new_instance_id() -> str:
     return uuid.uuid4().hex[:10]
 
@@ -142,20 +160,14 @@ class Services:
         ctx = ProviderContext(self.state_dir, config, self)
 
         def sandbox() -> Provider:
-            from gputui.providers.sandbox import SandboxProvider
-
-            return SandboxProvider(ctx, boot_seconds=sandbox_boot_seconds)
+            return provider_class("sandbox")(ctx, boot_seconds=sandbox_boot_seconds)  # type: ignore[call-arg]
 
         def ssh() -> Provider:
-            from gputui.providers.ssh import SshProvider
-
-            return SshProvider(ctx)
+            return provider_class("ssh")(ctx)  # type: ignore[call-arg]
 
         def lambda_cloud() -> Provider | None:
-            from gputui.providers.lambda_cloud import LambdaProvider
-
             try:
-                made = LambdaProvider(ctx)
+                made = provider_class("lambda")(ctx)  # type: ignore[call-arg]
             except ProviderError as exc:  # e.g. a malformed base_url
                 store.notify(str(exc), "error")
                 return None
@@ -197,6 +209,13 @@ class Services:
                         **self._link_options)
 
     # -- providers and offers -------------------------------------------------------------------
+
+    def capabilities(self, name: str) -> Capabilities:
+        """What a provider can do, read from its class (nothing is made or asked)."""
+        try:
+            return provider_class(name).capabilities
+        except KeyError:
+            return Capabilities()
 
     def provider(self, name: str) -> Provider:
         try:

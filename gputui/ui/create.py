@@ -88,8 +88,8 @@ class CreateScreen(BaseScreen):
         with VerticalScroll(id="form"):
             with Horizontal(classes="row"):
                 yield Label("Provider")
-                providers = [(getattr(p, "label", n), n)
-                             for n, p in self.gapp.services.providers.items() if n != "ssh"]
+                providers = [(p.label or n, n) for n, p in self.gapp.services.providers.items()
+                             if p.capabilities.rentable]
                 yield Select(providers, id="provider", compact=True, prompt="no provider",
                              value=providers[0][1] if providers else Select.NULL)
             with Horizontal(classes="row"):
