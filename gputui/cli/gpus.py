@@ -12,23 +12,23 @@ from gputui.cli.output import (
 
 
 def cmd_smi(args: argparse.Namespace) -> int:
-    from gputui.services import smi
+    from gputui.cli.smi_report import smi_input, smi_local, smi_remote
 
     if args.local:
-        return smi.smi_local(as_json=args.json)
+        return smi_local(as_json=args.json)
     if args.input:
-        return smi.smi_input(args.input, as_json=args.json)
+        return smi_input(args.input, as_json=args.json)
     if not args.name:
         raise CommandError("give an instance NAME, --local or --input FILE", EXIT_BAD_INPUT)
-    return run_async(args, lambda services: smi.smi_remote(services, args.name, as_json=args.json))
+    return run_async(args, lambda services: smi_remote(services, args.name, as_json=args.json))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from gputui.services import smi
+    from gputui.cli.smi_report import doctor_local, doctor_remote
 
     if args.local or not args.name:
-        return smi.doctor_local(as_json=args.json)
-    return run_async(args, lambda services: smi.doctor_remote(services, args.name,
+        return doctor_local(as_json=args.json)
+    return run_async(args, lambda services: doctor_remote(services, args.name,
                                                                as_json=args.json))
 
 

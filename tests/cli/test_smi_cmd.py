@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from gputui.cli import smi_report as smi
 from gputui.nvidia.diagnose import DIAGNOSES
-from gputui.services import smi
+from gputui.services import smi as smi_service
 from gputui.services.hub import Services
 from gputui.services.smi import Check, Facts, evaluate_checks
 from tests.conftest import GPUTUI, REPO, run_gputui_env
@@ -76,7 +77,7 @@ def test_smi_local_without_nvml_is_one_diagnosis_line_and_exit_1() -> None:
 
 @no_nvml
 def test_smi_local_in_a_fresh_process_has_no_traceback() -> None:
-    code = "import sys; from gputui.services.smi import smi_local; sys.exit(smi_local())"
+    code = "import sys; from gputui.cli.smi_report import smi_local; sys.exit(smi_local())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
     assert done.returncode == 1
@@ -308,7 +309,7 @@ def test_remote_output_is_parsed_into_facts() -> None:
         "@@gputui torch", probe,
         "@@gputui end",
     ])
-    facts = smi.parse_remote("box", text)
+    facts = smi_service.parse_remote("box", text)
     assert facts.smi_rc == 18 and facts.env["CUDA_VISIBLE_DEVICES"] is None
     assert facts.env["NVIDIA_VISIBLE_DEVICES"] == "all" and facts.devices == ["nvidia0",
                                                                               "nvidiactl"]
