@@ -11,7 +11,7 @@ from gputui.cli.output import (
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from gputui.services import catalog as svc
+    from gputui.cli import catalog_report as svc
 
     return svc.run_command(
         svc.catalog_command, args.config, sort=args.sort, reverse=args.reverse,
@@ -21,7 +21,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from gputui.services import catalog as svc
+    from gputui.cli import catalog_report as svc
 
     if args.model and args.model_opt:
         raise CommandError("give the model once: MODEL or --model", EXIT_BAD_INPUT)
@@ -34,7 +34,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from gputui.services import catalog as svc
+    from gputui.cli import catalog_report as svc
 
     if args.gpu and args.gpu_opt:
         raise CommandError("give the GPU once: GPU or --gpu", EXIT_BAD_INPUT)

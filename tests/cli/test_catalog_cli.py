@@ -20,6 +20,7 @@ from gputui.catalog import (
     match_gpu,
 )
 from gputui.catalog.match import catalog_aliases, words
+from gputui.cli import catalog_report as report
 from gputui.config import Config, PriceOverride
 from gputui.providers.sandbox import sandbox_offers
 from gputui.services import catalog as svc
@@ -29,7 +30,7 @@ SANDBOX_NAMES = [o.gpu for o in sandbox_offers()]
 
 
 def run_json(capsys, fn, *args, **kw):
-    code = svc.run_command(fn, *args, as_json=True, **kw)
+    code = report.run_command(fn, *args, as_json=True, **kw)
     out, err = capsys.readouterr()
     assert code == 0, err
     assert err == ""
@@ -37,7 +38,7 @@ def run_json(capsys, fn, *args, **kw):
 
 
 def run_bad(capsys, fn, *args, **kw) -> str:
-    code = svc.run_command(fn, *args, **kw)
+    code = report.run_command(fn, *args, **kw)
     out, err = capsys.readouterr()
     assert code == 2
     assert out == ""
@@ -134,7 +135,7 @@ def test_every_catalog_spelling_finds_its_offer(label_name, case):
 
 
 def test_catalog_json_has_every_card_with_its_prices(capsys):
-    cards = run_json(capsys, svc.catalog_command, Config())
+    cards = run_json(capsys, report.catalog_command, Config())
     assert len(cards) == len(SPECS)
     by_key = {c["key"]: c for c in cards}
     h100 = by_key["h100_sxm"]
@@ -174,7 +175,7 @@ def test_catalog_json_has_every_card_with_its_prices(capsys):
 def test_catalog_sort_and_filters(capsys):
     cards = run_json(
         capsys,
-        svc.catalog_command,
+        report.catalog_command,
         Config(),
         sort="bandwidth",
         min_vram=80,
@@ -183,25 +184,25 @@ def test_catalog_sort_and_filters(capsys):
     assert cards and all(c["vram_gb"] >= 80 and c["nvlink_gbs"] > 0 for c in cards)
     bw = [c["memory_bandwidth_gbs"] for c in cards]
     assert bw == sorted(bw, reverse=True)
-    cards = run_json(capsys, svc.catalog_command, Config(), sort="bandwidth", reverse=True)
+    cards = run_json(capsys, report.catalog_command, Config(), sort="bandwidth", reverse=True)
     bw = [c["memory_bandwidth_gbs"] for c in cards]
     assert bw == sorted(bw)
-    cards = run_json(capsys, svc.catalog_command, Config(), arch="hopper", interconnect="pcie")
+    cards = run_json(capsys, report.catalog_command, Config(), arch="hopper", interconnect="pcie")
     assert cards == []
-    cards = run_json(capsys, svc.catalog_command, Config(), arch="Ada")
+    cards = run_json(capsys, report.catalog_command, Config(), arch="Ada")
     assert {c["key"] for c in cards} == {"rtx_4090", "rtx_4090d", "l40s", "l4", "rtx_6000_ada"}
-    cards = run_json(capsys, svc.catalog_command, Config(), provider="Lambda")
+    cards = run_json(capsys, report.catalog_command, Config(), provider="Lambda")
     assert cards and all(p["provider"] == "lambda" for c in cards for p in c["prices"])
 
 
 def test_catalog_every_sort_column_works(capsys):
     for col in svc.COLUMNS:
-        cards = run_json(capsys, svc.catalog_command, Config(), sort=col.key)
+        cards = run_json(capsys, report.catalog_command, Config(), sort=col.key)
         assert len(cards) == len(SPECS)
 
 
 def test_catalog_text_says_prices_are_dated(capsys):
-    assert svc.run_command(svc.catalog_command, Config(), min_vram=100) == 0
+    assert report.run_command(report.catalog_command, Config(), min_vram=100) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["GPU", "VRAM", "$/GPU·h"]
     assert "H200 141GB SXM5" in out and "RTX 4090" not in out
@@ -212,7 +213,7 @@ def test_user_prices_from_config_join_the_table(capsys):
     config = Config(
         prices=[PriceOverride(provider="mylab", gpu="4090", price_per_gpu_hour=Decimal("0.05"))]
     )
-    cards = run_json(capsys, svc.catalog_command, config)
+    cards = run_json(capsys, report.catalog_command, config)
     assert cards[0]["key"] == "rtx_4090"
     assert cards[0]["lowest_price"]["provider"] == "mylab"
     assert cards[0]["lowest_price"]["user"] is True
@@ -229,12 +230,12 @@ def test_user_prices_from_config_join_the_table(capsys):
     ],
 )
 def test_catalog_bad_input(capsys, kwargs, message):
-    assert message in run_bad(capsys, svc.catalog_command, Config(), **kwargs)
+    assert message in run_bad(capsys, report.catalog_command, Config(), **kwargs)
 
 
 def test_bad_config_price_is_bad_input(capsys):
     config = Config(prices=[PriceOverride(provider="me", gpu="RTX 9999", price_per_gpu_hour=1)])
-    err = run_bad(capsys, svc.catalog_command, config)
+    err = run_bad(capsys, report.catalog_command, config)
     assert "price override 1" in err and "RTX 9999" in err
 
 
@@ -244,7 +245,7 @@ def test_bad_config_price_is_bad_input(capsys):
 def test_fit_json_shape(capsys):
     data = run_json(
         capsys,
-        svc.fit_command,
+        report.fit_command,
         Config(),
         "Qwen2.5-7B",
         job="inference",
@@ -276,7 +277,7 @@ def test_fit_json_shape(capsys):
 def test_fit_a_model_given_by_its_parameter_count(capsys):
     data = run_json(
         capsys,
-        svc.fit_command,
+        report.fit_command,
         Config(),
         params="13B",
         layers=40,
@@ -288,7 +289,7 @@ def test_fit_a_model_given_by_its_parameter_count(capsys):
     assert data["params"] == 13_000_000_000
     assert any("does not fit a 24 GB card, QLoRA does" in n for n in data["notes"])
     assert all(f["count"] > 1 or f["usable_gb_per_gpu"] > 24 for f in data["fits"])
-    full = run_json(capsys, svc.fit_command, Config(), params=7e9, job="full", precision="bf16")
+    full = run_json(capsys, report.fit_command, Config(), params=7e9, job="full", precision="bf16")
     # ZeRO paper: mixed-precision Adam keeps 16 bytes per parameter of model state
     state = sum(full["breakdown"][k] for k in ("weights", "gradients", "optimizer"))
     assert state == pytest.approx(16 * 7e9 / 1e9, rel=0.001)
@@ -296,8 +297,8 @@ def test_fit_a_model_given_by_its_parameter_count(capsys):
 
 def test_fit_text_shows_breakdown_assumptions_and_cards(capsys):
     assert (
-        svc.run_command(
-            svc.fit_command, Config(), "llama-3.1-70b", job="inference", precision="q4_k_m"
+        report.run_command(
+            report.fit_command, Config(), "llama-3.1-70b", job="inference", precision="q4_k_m"
         )
         == 0
     )
@@ -324,7 +325,7 @@ def test_fit_text_shows_breakdown_assumptions_and_cards(capsys):
 )
 def test_fit_bad_input(capsys, args, kwargs, message):
     kw = {"job": "inference", "precision": "bf16", **kwargs}
-    assert message in run_bad(capsys, svc.fit_command, Config(), *args, **kw)
+    assert message in run_bad(capsys, report.fit_command, Config(), *args, **kw)
 
 
 def test_parse_count():
@@ -342,7 +343,7 @@ def test_parse_count():
 
 
 def test_cost_json_per_provider_and_billing(capsys):
-    data = run_json(capsys, svc.cost_command, Config(), "h100 sxm", count=8, hours=30)
+    data = run_json(capsys, report.cost_command, Config(), "h100 sxm", count=8, hours=30)
     assert data["card"] == "h100_sxm" and data["count"] == 8 and data["hours"] == "30"
     costs = data["costs"]
     assert costs and [Decimal(c["cost"]) for c in costs] == sorted(
@@ -363,10 +364,10 @@ def test_cost_json_per_provider_and_billing(capsys):
 
 
 def test_cost_text_and_unpriced_card(capsys):
-    assert svc.run_command(svc.cost_command, Config(), "4090", count=1, hours=2.5) == 0
+    assert report.run_command(report.cost_command, Config(), "4090", count=1, hours=2.5) == 0
     out = capsys.readouterr().out
     assert out.startswith("1× GeForce RTX 4090 for 2.5 h") and "not live quotes" in out
-    assert svc.run_command(svc.cost_command, Config(), "T4", count=1, hours=1) == 0
+    assert report.run_command(report.cost_command, Config(), "T4", count=1, hours=1) == 0
     assert "No reference price for the T4" in capsys.readouterr().out
 
 
@@ -383,7 +384,7 @@ def test_cost_text_and_unpriced_card(capsys):
 )
 def test_cost_bad_input(capsys, gpu, kwargs, message):
     kw = {"count": 1, "hours": 1, **kwargs}
-    assert message in run_bad(capsys, svc.cost_command, Config(), gpu, **kw)
+    assert message in run_bad(capsys, report.cost_command, Config(), gpu, **kw)
 
 
 def test_errors_are_catalog_errors():

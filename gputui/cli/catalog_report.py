@@ -1,0 +1,232 @@
+"""What `gputui catalog`, `gputui fit` and `gputui cost` print: tables, JSON and exit codes.
+The choosing (filters, sorting, fit, job cost) is `gputui.services.catalog`'s; this module
+only prints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any, TextIO
+
+from gputui.errors import EXIT_BAD_INPUT
+from gputui.format import short_gpu
+from gputui.services.catalog import (
+    COLUMNS,
+    DEFAULT_SORT,
+    PRICE_NOTE,
+    CatalogError,
+    Filters,
+    _link_short,
+    _money,
+    _where_opt,
+    card_rows,
+    catalog_prices,
+    cost,
+    cost_cells,
+    fit,
+    get_column,
+    sort_cards,
+)
+
+
+def catalog_command(
+    config: Any = None,
+    *,
+    sort: str = DEFAULT_SORT,
+    reverse: bool = False,
+    min_vram: float | None = None,
+    arch: str | None = None,
+    provider: str | None = None,
+    interconnect: str | None = None,
+    as_json: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """`gputui catalog`: the cards, filtered and sorted; `--json` a list of card objects."""
+    out = out or sys.stdout
+    get_column(sort)
+    rows = catalog_prices(config)
+    cards = sort_cards(
+        card_rows(rows, Filters(min_vram, arch, provider, interconnect)), sort, reverse
+    )
+    if as_json:
+        _dump([c.as_dict() for c in cards], out)
+        return 0
+    if not cards:
+        print("No card matches those filters.", file=out)
+        return 0
+    _print_table(
+        [c.label for c in COLUMNS],
+        [[c.show(card) for c in COLUMNS] for card in cards],
+        [not c.numeric for c in COLUMNS],
+        out,
+    )
+    col = get_column(sort)
+    arrow = "▼" if col.descending != reverse else "▲"
+    print(
+        f"\n{len(cards)} cards, by {col.title} {arrow}. Tensor figures are dense (no sparsity); "
+        f"{PRICE_NOTE}.",
+        file=out,
+    )
+    return 0
+
+
+
+def fit_command(
+    config: Any = None,
+    model: str | None = None,
+    *,
+    job: str,
+    precision: str,
+    context: int = 4096,
+    batch: int = 1,
+    params: str | float | None = None,
+    layers: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    heads: int | None = None,
+    lora_rank: int | None = None,
+    as_json: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """`gputui fit`: the VRAM breakdown with its assumptions, and which cards fit."""
+    out = out or sys.stdout
+    answer = fit(
+        model,
+        job=job,
+        precision=precision,
+        context=context,
+        batch=batch,
+        params=params,
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        heads=heads,
+        lora_rank=lora_rank,
+        prices=catalog_prices(config),
+    )
+    if as_json:
+        _dump(answer.as_dict(), out)
+        return 0
+    e = answer.estimate
+    print(
+        f"{e.model} ({e.params / 1e9:.2f} B params) · {e.job.value} · {e.precision} · "
+        f"{e.context:,} tokens × batch {e.batch}",
+        file=out,
+    )
+    print(f"Needs {e.total_gb:.1f} GB on one GPU:", file=out)
+    for part in e.all_parts:
+        print(f"  {part.name:<12} {part.gb:>8.2f} GB  {part.assumption}", file=out)
+    for note in e.notes:
+        print(f"Note: {note}", file=out)
+    print(file=out)
+    fitting = answer.fitting
+    if not fitting:
+        print("It fits no card of the catalog on up to 8 GPUs.", file=out)
+    else:
+        _print_table(
+            ["GPU", "GPUs", "$/h", "cheapest at", "as of", "GB/GPU", "link", "notes"],
+            [
+                [
+                    short_gpu(o.name),
+                    str(o.count),
+                    _money(o.hourly),
+                    _where_opt(o),
+                    o.quote.row.as_of if o.quote else "—",
+                    f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f}",
+                    _link_short(o),
+                    "; ".join(o.warnings),
+                ]
+                for o in fitting
+            ],
+            [True, False, False, True, True, False, True, True],
+            out,
+        )
+    misses = [short_gpu(o.name) for o in answer.options if not o.fits]
+    if misses:
+        print(f"\nDoes not fit on 8 GPUs: {', '.join(misses)}", file=out)
+    print(f"\nCheapest first; {PRICE_NOTE}.", file=out)
+    return 0
+
+
+
+def cost_command(
+    config: Any = None,
+    gpu: str = "",
+    *,
+    count: int = 1,
+    hours: float | str | Decimal,
+    as_json: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """`gputui cost`: what `count` × `gpu` for `hours` costs on each provider and billing mode."""
+    out = out or sys.stdout
+    answer = cost(gpu, count=count, hours=hours, prices=catalog_prices(config))
+    if as_json:
+        _dump(answer.as_dict(), out)
+        return 0
+    print(f"{answer.count}× {answer.spec.name} for {answer.hours} h", file=out)
+    if not answer.costs:
+        print(
+            f"No reference price for the {answer.spec.name}: add one under [[prices]] in "
+            "config.toml.",
+            file=out,
+        )
+        return 0
+    _print_table(
+        [
+            "provider",
+            "tier",
+            "package",
+            "billing",
+            "cost",
+            "billed h",
+            "$/h",
+            "if /second",
+            "if /minute",
+            "if /hour",
+            "as of",
+            "notes",
+        ],
+        [cost_cells(c) for c in answer.costs],
+        [True, True, True, True] + [False] * 6 + [True, True],
+        out,
+    )
+    for b in answer.break_evens:
+        print(f"Break-even: {b.statement}", file=out)
+    print(f"\nCheapest first; {PRICE_NOTE}.", file=out)
+    return 0
+
+
+
+def run_command(command: Callable[..., int], *args: Any, **kwargs: Any) -> int:
+    """Call one of the commands above: its exit code, or on bad input (`CatalogError`) one line
+    `gputui: <message>` on stderr and exit code 2."""
+    try:
+        return command(*args, **kwargs)
+    except CatalogError as exc:
+        print(f"gputui: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+
+def _dump(data: object, out: TextIO) -> None:
+    json.dump(data, out, indent=2, ensure_ascii=False, default=str)
+    out.write("\n")
+
+
+
+def _print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[bool], out: TextIO
+) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(cells, widths, left, strict=True)
+        ).rstrip()
+
+    print(line(headers), file=out)
+    for r in rows:
+        print(line(r), file=out)
