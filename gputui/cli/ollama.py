@@ -12,7 +12,7 @@ from gputui.cli.output import (
 
 def cmd_ollama(args: argparse.Namespace) -> int:
     async def body(services) -> int:
-        from gputui.services.ollama import ollama_command
+        from gputui.cli.ollama_report import ollama_command
 
         inst = services.store.find_instance_sync(args.name)
         if not inst.status.live:

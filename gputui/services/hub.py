@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator, MutableMapping
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gputui.config import Config, ensure_state_dir
-from gputui.errors import BadInput, GputuiError
+from gputui.errors import BadInput
 from gputui.format import format_money
 from gputui.models import (
     EndReason,
@@ -35,6 +35,7 @@ from gputui.providers.base import (
     ProviderError,
     UnknownInstance,
 )
+from gputui.services.errors import InvalidRequest, ServiceError
 from gputui.store import SessionStore
 
 if TYPE_CHECKING:
@@ -42,14 +43,11 @@ if TYPE_CHECKING:
     from gputui.remote.ssh import LinkPool
 
 Progress = Callable[[str], None]
+T = TypeVar("T", bound="Closable")
 
 
-class ServiceError(GputuiError):
-    """A one-line message for the user."""
-
-
-class InvalidRequest(ServiceError, BadInput):
-    """The request itself is wrong (unknown GPU or provider, a name in use): bad input."""
+class Closable(Protocol):
+    async def close(self) -> None: ...
 
 
 class ProviderSet(MutableMapping[str, "Provider"]):
@@ -148,6 +146,7 @@ class Services:
         self.store = store
         self.config = config
         self.claim_owner = uuid.uuid4().hex  # who holds a release claim in the store
+        self._attached: dict[type, Closable] = {}
         self.state_dir = state_dir or ensure_state_dir()
         # No ~/.ssh/config: an instance is reached exactly as recorded. Keys: the instance's own
         # key file, else the user's default keys and ssh-agent (bring-your-own hosts).
@@ -591,17 +590,21 @@ class Services:
             await self.store.update_lease(instance_id, lambda lease: lease.model_copy(
                 update={"state": state}) if lease.state == LeaseState.ACTIVE else lease)
 
-    @cached_property
-    def ollama(self) -> Any:
-        """The Ollama manager (one per program, sharing the instances' links)."""
-        from gputui.services.ollama import OllamaService
-
-        return OllamaService(self)
+    def attached(self, kind: type[T], make: Callable[[Services], T]) -> T:
+        """The session's one `kind` service (e.g. the Ollama manager, sharing the instances'
+        links), made by `make(self)` the first time; closed with the session. Services attach
+        themselves here so the session does not import them (no import cycle)."""
+        found = self._attached.get(kind)
+        if found is None:
+            found = make(self)
+            self._attached[kind] = found
+        return found  # type: ignore[return-value]
 
     async def close(self) -> None:
-        if "ollama" in self.__dict__:
+        for service in list(self._attached.values()):
             with contextlib.suppress(Exception):
-                await self.ollama.close()
+                await service.close()
+        self._attached.clear()
         if "links" in self.__dict__:
             await self.links.close_all()
         for provider in self.providers.made():  # not the ones never used

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gputui.cli.ollama_report import ollama_command
 from gputui.config import Config
 from gputui.models import Instance
 from gputui.providers.base import CreateRequest
@@ -34,7 +35,6 @@ from gputui.services.ollama import (
     cuda_visible_value,
     estimate_model,
     nohup_start_command,
-    ollama_command,
     parse_gpu_rows,
     parse_probe,
     placement_report,

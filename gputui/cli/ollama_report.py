@@ -1,0 +1,299 @@
+"""What `gputui ollama NAME ACTION` prints: status, models, GPUs, as text or JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from gputui.models import Instance
+from gputui.remote.ollama_client import (
+    PullProgress,
+    RunningModel,
+)
+from gputui.services.ollama.common import (
+    INSTALL_COMMAND,
+    LOG_FILE,
+    MIB,
+    SHOWN_ENV,
+    FitRefused,
+    OllamaServiceError,
+)
+from gputui.services.ollama.fit import (
+    _gb,
+    _human,
+)
+from gputui.services.ollama.gpus import (
+    gpu_words,
+    parse_gpu_list,
+)
+from gputui.services.ollama.service import (
+    OllamaService,
+    OllamaStatus,
+    service_for,
+)
+from gputui.services.ollama.systemd import (
+    restart_warning,
+)
+
+if TYPE_CHECKING:
+    from gputui.services.hub import Services
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _print_json(data: object) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def _status_lines(st: OllamaStatus) -> list[str]:
+    p = st.probe
+    if not st.installed:
+        return [f"ollama on {st.instance}: not installed", f"  install: {INSTALL_COMMAND}"]
+    how = (f"systemd unit {p.unit} ({p.unit_active or '?'})" if st.managed_by == "systemd"
+           else f"process {p.pid}" if p.pid else "no process")
+    head = f"ollama on {st.instance}: {st.state}"
+    if st.version:
+        head += f", version {st.version}"
+    elif p.client_version:
+        head += f" (installed: {p.client_version})"
+    lines = [head, f"  runs as   {how}"]
+    if st.running:
+        lines.append(f"  listens   {st.host}:{st.port}")
+    if st.error:
+        lines.append(f"  error     {st.error}")
+    env = [f"{k}={st.env[k]}" for k in SHOWN_ENV if k in st.env]
+    lines.append(f"  env       {'  '.join(env) if env else '(defaults)'}")
+    sel = st.selected
+    lines.append(f"  GPUs      {','.join(map(str, sel)) if sel else 'none'}"
+                 f"{'' if st.visible_devices is not None else ' (all: CUDA_VISIBLE_DEVICES unset)'}")
+    if st.managed_by == "process":
+        lines.append(f"  log       {LOG_FILE.replace('$HOME', p.home or '~')}")
+    if not st.running:
+        lines.append(f"  start it: gputui ollama {st.instance} start")
+    lines.append("")
+    lines += _gpu_lines(st)
+    return lines
+
+
+def _gpu_lines(st: OllamaStatus) -> list[str]:
+    if not st.gpus:
+        return [f"GPUs: unknown ({st.gpu_error or 'nvidia-smi printed nothing'})"]
+    lines = [f"{'GPU':<4} {'NAME':<22} {'FREE':>9} {'TOTAL':>9}  SELECTED"]
+    for g in st.gpus:
+        lines.append(
+            f"{g.index:<4} {g.short_name[:22]:<22} {_gb((g.memory_free_mib or 0) * MIB):>9} "
+            f"{_gb((g.memory_total_mib or 0) * MIB):>9}  {'yes' if g.index in st.selected else ''}")
+    return lines
+
+
+def _ago(ts: Any) -> str:
+    if ts is None:
+        return ""
+    seconds = max(0.0, time.time() - ts.timestamp())
+    if seconds < 60:
+        return f"{int(seconds)} s ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    return f"{int(seconds // 86400)} days ago"
+
+
+def _until(ts: Any) -> str:
+    if ts is None:
+        return ""
+    seconds = ts.timestamp() - time.time()
+    if seconds > 100 * 365 * 86400:
+        return "forever"
+    if seconds <= 0:
+        return "stopping"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+async def ollama_command(
+    services: Services,
+    inst: Instance,
+    action: str,
+    arg: str | None,
+    as_json: bool,
+    *,
+    force: bool = False,
+) -> int:
+    """`gputui ollama NAME ACTION [ARG] [--json]`: list | ps | pull MODEL | rm MODEL |
+    load MODEL | unload MODEL | gpus [0,1|all] | status | start | stop | fit MODEL | verify.
+    Prints its output; ServiceError for failures; returns 1 for a load refused by the fit
+    check (printed), else 0."""
+    svc, owned = service_for(services)
+    try:
+        return await _command(svc, inst, action, arg, as_json, force=force)
+    finally:
+        if owned:
+            await svc.close()
+
+
+async def _command(
+    svc: OllamaService, inst: Instance, action: str, arg: str | None, as_json: bool, *,
+    force: bool,
+) -> int:
+    needs_arg = {"pull", "rm", "load", "unload", "fit"}
+    if action in needs_arg and not arg:
+        raise OllamaServiceError(f"ollama {action}: give a model name (e.g. qwen2.5:7b)")
+    if action == "status":
+        st = await svc.status(inst)
+        if as_json:
+            _print_json(st.as_dict())
+        else:
+            print("\n".join(_status_lines(st)))
+        return 0
+    if action == "list":
+        models = await svc.models(inst)
+        if as_json:
+            _print_json([m.as_dict() for m in models])
+        elif not models:
+            print(f"No models on {inst.name}. Pull one: gputui ollama {inst.name} pull qwen2.5:7b")
+        else:
+            print(f"{'NAME':<28} {'SIZE':>8}  {'QUANT':<8} {'FAMILY':<8} MODIFIED")
+            for m in models:
+                print(f"{m.name[:28]:<28} {_gb(m.size):>8}  {(m.quantization or '')[:8]:<8} "
+                      f"{(m.family or '')[:8]:<8} {_ago(m.modified_at)}")
+        return 0
+    if action == "ps":
+        running = await svc.running(inst)
+        if as_json:
+            _print_json([m.as_dict() for m in running])
+        elif not running:
+            print(f"No model is loaded on {inst.name}.")
+        else:
+            print(f"{'NAME':<28} {'SIZE':>8} {'IN VRAM':>8}  {'PROCESSOR':<16} UNTIL")
+            for m in running:
+                print(f"{m.name[:28]:<28} {_gb(m.size):>8} {_gb(m.size_vram):>8}  "
+                      f"{m.processor:<16} {_until(m.expires_at)}")
+        return 0
+    if action == "pull":
+        assert arg is not None
+        st = await svc.status(inst)
+        fit = await svc.fit_check(inst, arg, status=st)
+        if not fit.ok and not as_json:
+            _err(f"warning: {fit.message}")
+        last: list[object] = [None]
+
+        def show(p: PullProgress) -> None:
+            if as_json:
+                return
+            if p.digest and p.digest in p.layers:
+                total, done = p.layers[p.digest]
+                pct = 100 if done >= total else done * 100 // total // 10 * 10
+                key: object = (p.digest, pct)
+                line = f"{p.status} {pct:3d}% of {_human(total)}"
+            else:
+                key = line = p.status
+            if key != last[0]:
+                last[0] = key
+                _err(line)
+
+        progress = await svc.pull(inst, arg, show, status=st)
+        if as_json:
+            _print_json({"model": arg, "status": "success", "total": progress.total,
+                         "fit": fit.as_dict()})
+        else:
+            print(f"pulled {arg} ({_gb(progress.total)})")
+        return 0
+    if action == "rm":
+        assert arg is not None
+        await svc.delete(inst, arg)
+        if as_json:
+            _print_json({"model": arg, "deleted": True})
+        else:
+            print(f"deleted {arg}")
+        return 0
+    if action == "fit":
+        assert arg is not None
+        fit = await svc.fit_check(inst, arg)
+        if as_json:
+            _print_json(fit.as_dict())
+        else:
+            print(fit.message)
+        return 0 if fit.ok else 1
+    if action == "load":
+        assert arg is not None
+        try:
+            result = await svc.load(inst, arg, force=force)
+        except FitRefused as exc:
+            if as_json:
+                _print_json({"model": arg, "loaded": False, "fit": exc.fit.as_dict()})
+            else:
+                _err(f"not loaded: {exc.fit.message}")
+                _err("(load anyway with --force)")
+            return 1
+        if as_json:
+            _print_json({"model": arg, "loaded": True, "fit": result.fit.as_dict(),
+                         "placement": result.placement.as_dict()})
+        else:
+            print(f"loaded {arg}")
+            print(result.placement.message)
+        return 0
+    if action == "unload":
+        assert arg is not None
+        await svc.unload(inst, arg)
+        if as_json:
+            _print_json({"model": arg, "unloaded": True})
+        else:
+            print(f"unloaded {arg}")
+        return 0
+    if action == "verify":
+        report = await svc.verify_placement(inst)
+        if as_json:
+            _print_json(report.as_dict())
+        else:
+            print(report.message)
+        return 0 if report.ok else 1
+    if action == "gpus":
+        if not arg:
+            st = await svc.status(inst)
+            if as_json:
+                _print_json({"selected": st.selected, "gpus": [g.as_dict() for g in st.gpus],
+                             "cuda_visible_devices": st.visible_devices})
+            else:
+                print("\n".join(_gpu_lines(st)))
+            return 0
+        indices = parse_gpu_list(arg)
+        st = await svc.status(inst)
+        running: list[RunningModel] = []
+        if st.reachable:
+            with contextlib.suppress(OllamaServiceError):
+                running = await svc.running(inst, status=st)
+        if not as_json:
+            _err(restart_warning(running))
+        new = await svc.apply_gpus(inst, indices)
+        if as_json:
+            _print_json({**new.as_dict(), "unloaded": [m.name for m in running]})
+        else:
+            print(f"ollama on {inst.name} now uses {gpu_words(new.selected)}"
+                  f" (CUDA_VISIBLE_DEVICES={new.visible_devices or 'unset'})")
+        return 0
+    if action == "start":
+        new = await svc.start(inst)
+        if as_json:
+            _print_json(new.as_dict())
+        else:
+            print(f"ollama on {inst.name} is running (version {new.version}, port {new.port})")
+        return 0
+    if action == "stop":
+        await svc.stop(inst)
+        if as_json:
+            _print_json({"stopped": True})
+        else:
+            print(f"ollama on {inst.name} stopped")
+        return 0
+    raise OllamaServiceError(
+        f"unknown action {action!r}: list, ps, pull, rm, load, unload, gpus, status, start, "
+        "stop, fit, verify")

@@ -1,0 +1,37 @@
+"""Ollama on a rented instance: server status, models, pulls, loads, and the GPUs it may use.
+
+How it talks to the instance:
+
+- One shell probe over the instance's shared SSH link finds the server: the systemd unit
+  `ollama.service` when there is one (its MainPID and `Environment=`), else the process we
+  started (`~/.ollama/gputui-serve.pid`), else any `ollama serve` process. The server's own
+  environment (`/proc/PID/environ`) gives `OLLAMA_HOST` — so the port it listens on —,
+  `CUDA_VISIBLE_DEVICES` and the other `OLLAMA_*` settings. No `OLLAMA_HOST`: 127.0.0.1:11434.
+  (Sandbox instances share one machine, so there the probe only takes the server of the same
+  instance, and the sandbox's `ollama serve` puts its own port in `OLLAMA_HOST`.)
+- HTTP goes through an SSH local port forward to that port, with the official `ollama` client
+  (see `gputui.remote.ollama_client`), always with a timeout. The link re-creates the forward
+  after a reconnect; the client follows the forward's local port.
+- GPU selection restarts the server with `CUDA_VISIBLE_DEVICES` set to GPU UUIDs (indices can
+  differ between nvidia-smi and CUDA's default order): a systemd drop-in of our own
+  (`Environment=`, daemon-reload, restart) where Ollama runs under systemd, else stopping the
+  process and starting `nohup env CUDA_VISIBLE_DEVICES=... ollama serve` with its log in
+  `~/.ollama/gputui-serve.log`. A restart unloads the running models: callers say so first
+  (`restart_warning`).
+- Fit check before a pull or load: the model's weights (its size once installed, else the
+  catalog's Q4_K_M estimate), its KV cache at the server's context (from `/api/show`'s shape,
+  or the catalog's), the compute graph and a CUDA context per GPU, against the free memory of
+  the selected GPUs as nvidia-smi reports it (so models already loaded are counted).
+- After a load, placement is verified from nvidia-smi's compute processes.
+
+The commands, pure functions (`probe_script`, `systemd_dropin`, `systemd_apply_commands`,
+`nohup_start_command`, `stop_process_command`, `check_fit`) are kept apart from the I/O so
+they can be checked exactly.
+"""
+
+from gputui.services.ollama.common import *  # noqa: F403
+from gputui.services.ollama.fit import *  # noqa: F403
+from gputui.services.ollama.gpus import *  # noqa: F403
+from gputui.services.ollama.probe import *  # noqa: F403
+from gputui.services.ollama.service import *  # noqa: F403
+from gputui.services.ollama.systemd import *  # noqa: F403
