@@ -4,12 +4,12 @@ only prints."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, TextIO
 
+from gputui.cli.output import print_json
 from gputui.errors import EXIT_BAD_INPUT
 from gputui.format import short_gpu
 from gputui.services.catalog import (
@@ -51,7 +51,7 @@ def catalog_command(
         card_rows(rows, Filters(min_vram, arch, provider, interconnect)), sort, reverse
     )
     if as_json:
-        _dump([c.as_dict() for c in cards], out)
+        print_json([c.as_dict() for c in cards], out)
         return 0
     if not cards:
         print("No card matches those filters.", file=out)
@@ -107,7 +107,7 @@ def fit_command(
         prices=catalog_prices(config),
     )
     if as_json:
-        _dump(answer.as_dict(), out)
+        print_json(answer.as_dict(), out)
         return 0
     e = answer.estimate
     print(
@@ -164,7 +164,7 @@ def cost_command(
     out = out or sys.stdout
     answer = cost(gpu, count=count, hours=hours, prices=catalog_prices(config))
     if as_json:
-        _dump(answer.as_dict(), out)
+        print_json(answer.as_dict(), out)
         return 0
     print(f"{answer.count}× {answer.spec.name} for {answer.hours} h", file=out)
     if not answer.costs:
@@ -211,9 +211,6 @@ def run_command(command: Callable[..., int], *args: Any, **kwargs: Any) -> int:
 
 
 
-def _dump(data: object, out: TextIO) -> None:
-    json.dump(data, out, indent=2, ensure_ascii=False, default=str)
-    out.write("\n")
 
 
 

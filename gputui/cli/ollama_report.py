@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from gputui.cli.output import print_json
 from gputui.models import Instance
 from gputui.remote.ollama_client import (
     PullProgress,
@@ -45,9 +45,6 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- the command
 
 
-def _print_json(data: object) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
 
 
 def _err(text: str) -> None:
@@ -150,14 +147,14 @@ async def _command(
     if action == "status":
         st = await svc.status(inst)
         if as_json:
-            _print_json(st.as_dict())
+            print_json(st.as_dict())
         else:
             print("\n".join(_status_lines(st)))
         return 0
     if action == "list":
         models = await svc.models(inst)
         if as_json:
-            _print_json([m.as_dict() for m in models])
+            print_json([m.as_dict() for m in models])
         elif not models:
             print(f"No models on {inst.name}. Pull one: gputui ollama {inst.name} pull qwen2.5:7b")
         else:
@@ -169,7 +166,7 @@ async def _command(
     if action == "ps":
         running = await svc.running(inst)
         if as_json:
-            _print_json([m.as_dict() for m in running])
+            print_json([m.as_dict() for m in running])
         elif not running:
             print(f"No model is loaded on {inst.name}.")
         else:
@@ -202,7 +199,7 @@ async def _command(
 
         progress = await svc.pull(inst, arg, show, status=st)
         if as_json:
-            _print_json({"model": arg, "status": "success", "total": progress.total,
+            print_json({"model": arg, "status": "success", "total": progress.total,
                          "fit": fit.as_dict()})
         else:
             print(f"pulled {arg} ({_gb(progress.total)})")
@@ -211,7 +208,7 @@ async def _command(
         assert arg is not None
         await svc.delete(inst, arg)
         if as_json:
-            _print_json({"model": arg, "deleted": True})
+            print_json({"model": arg, "deleted": True})
         else:
             print(f"deleted {arg}")
         return 0
@@ -219,7 +216,7 @@ async def _command(
         assert arg is not None
         fit = await svc.fit_check(inst, arg)
         if as_json:
-            _print_json(fit.as_dict())
+            print_json(fit.as_dict())
         else:
             print(fit.message)
         return 0 if fit.ok else 1
@@ -229,13 +226,13 @@ async def _command(
             result = await svc.load(inst, arg, force=force)
         except FitRefused as exc:
             if as_json:
-                _print_json({"model": arg, "loaded": False, "fit": exc.fit.as_dict()})
+                print_json({"model": arg, "loaded": False, "fit": exc.fit.as_dict()})
             else:
                 _err(f"not loaded: {exc.fit.message}")
                 _err("(load anyway with --force)")
             return 1
         if as_json:
-            _print_json({"model": arg, "loaded": True, "fit": result.fit.as_dict(),
+            print_json({"model": arg, "loaded": True, "fit": result.fit.as_dict(),
                          "placement": result.placement.as_dict()})
         else:
             print(f"loaded {arg}")
@@ -245,14 +242,14 @@ async def _command(
         assert arg is not None
         await svc.unload(inst, arg)
         if as_json:
-            _print_json({"model": arg, "unloaded": True})
+            print_json({"model": arg, "unloaded": True})
         else:
             print(f"unloaded {arg}")
         return 0
     if action == "verify":
         report = await svc.verify_placement(inst)
         if as_json:
-            _print_json(report.as_dict())
+            print_json(report.as_dict())
         else:
             print(report.message)
         return 0 if report.ok else 1
@@ -260,7 +257,7 @@ async def _command(
         if not arg:
             st = await svc.status(inst)
             if as_json:
-                _print_json({"selected": st.selected, "gpus": [g.as_dict() for g in st.gpus],
+                print_json({"selected": st.selected, "gpus": [g.as_dict() for g in st.gpus],
                              "cuda_visible_devices": st.visible_devices})
             else:
                 print("\n".join(_gpu_lines(st)))
@@ -275,7 +272,7 @@ async def _command(
             _err(restart_warning(running))
         new = await svc.apply_gpus(inst, indices)
         if as_json:
-            _print_json({**new.as_dict(), "unloaded": [m.name for m in running]})
+            print_json({**new.as_dict(), "unloaded": [m.name for m in running]})
         else:
             print(f"ollama on {inst.name} now uses {gpu_words(new.selected)}"
                   f" (CUDA_VISIBLE_DEVICES={new.visible_devices or 'unset'})")
@@ -283,14 +280,14 @@ async def _command(
     if action == "start":
         new = await svc.start(inst)
         if as_json:
-            _print_json(new.as_dict())
+            print_json(new.as_dict())
         else:
             print(f"ollama on {inst.name} is running (version {new.version}, port {new.port})")
         return 0
     if action == "stop":
         await svc.stop(inst)
         if as_json:
-            _print_json({"stopped": True})
+            print_json({"stopped": True})
         else:
             print(f"ollama on {inst.name} stopped")
         return 0

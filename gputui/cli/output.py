@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from gputui.errors import EXIT_BAD_INPUT, EXIT_ERROR, GputuiError
 
@@ -32,9 +32,13 @@ class CommandError(GputuiError):
         return self.exit_code
 
 
-def print_json(data: object) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+def print_json(data: object, out: TextIO | None = None) -> None:
+    """The one JSON output of every command: indented, ASCII only (no byte from outside can
+    reach a terminal as a control sequence), values JSON lacks as strings."""
+    out = out or sys.stdout
+    json.dump(data, out, indent=2, default=str)
+    out.write("\n")
+    out.flush()
 
 
 def open_store() -> SessionStore:

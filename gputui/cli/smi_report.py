@@ -3,12 +3,12 @@ The reading and checking is `gputui.services.smi`'s; this module only prints."""
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from gputui.cli.output import print_json
 from gputui.nvidia.diagnose import diagnose_nvidia_smi
 from gputui.nvidia.nvsmi import NvsmiParseError
 from gputui.services.smi import (
@@ -45,7 +45,7 @@ def _fail_line(err: IO[str], what: str, diag: Diagnosis) -> None:
 
 def _print_snapshot(snap: Snapshot, as_json: bool, out: IO[str]) -> None:
     if as_json:
-        _emit(out, json.dumps(snapshot_json(snap), indent=2, default=str))
+        print_json(snapshot_json(snap), out)
     else:
         _emit(out, format_snapshot(snap))
 
@@ -54,8 +54,8 @@ def _print_failure(diag: Diagnosis, source: str, what: str, as_json: bool,
                    out: IO[str], err: IO[str]) -> int:
     _fail_line(err, what, diag)
     if as_json:
-        _emit(out, json.dumps({"source": source, "gpus": [], "processes": [],
-                               "diagnosis": diag.model_dump()}, indent=2))
+        print_json({"source": source, "gpus": [], "processes": [],
+                    "diagnosis": diag.model_dump()}, out)
     return EXIT_FAIL
 
 
@@ -143,8 +143,8 @@ def smi_input(
 def _print_checks(target: str, checks: Sequence[Check], as_json: bool, out: IO[str]) -> int:
     failed = any(c.status == "fail" for c in checks)
     if as_json:
-        _emit(out, json.dumps({"target": target, "ok": not failed,
-                               "checks": [asdict(c) for c in checks]}, indent=2))
+        print_json({"target": target, "ok": not failed,
+                    "checks": [asdict(c) for c in checks]}, out)
     else:
         _emit(out, f"gputui doctor: {target}")
         for c in checks:
