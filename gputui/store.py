@@ -217,7 +217,7 @@ _OPEN_PATHS: dict[str, int] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-class UnknownInstance(NotFound, LookupError):
+class InstanceNotFound(NotFound, LookupError):
     """A name or id that matches no instance (or several): the user's input, not a failure."""
 
 
@@ -522,8 +522,8 @@ class SessionStore:
                 return named[0]
             if len(named) > 1:
                 ids = ", ".join(i.id for i in named)
-                raise UnknownInstance(f"several instances are named {name_or_id!r}: use an id ({ids})")
-        raise UnknownInstance(f"no instance named {name_or_id!r} (see `gputui instances`)")
+                raise InstanceNotFound(f"several instances are named {name_or_id!r}: use an id ({ids})")
+        raise InstanceNotFound(f"no instance named {name_or_id!r} (see `gputui instances`)")
 
     # -- leases ----------------------------------------------------------------------------------
 

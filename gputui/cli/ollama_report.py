@@ -27,7 +27,7 @@ from gputui.services.ollama.fit import (
 )
 from gputui.services.ollama.gpus import (
     gpu_words,
-    parse_gpu_list,
+    parse_gpu_selection,
 )
 from gputui.services.ollama.service import (
     OllamaService,
@@ -262,7 +262,7 @@ async def _command(
             else:
                 print("\n".join(_gpu_lines(st)))
             return 0
-        indices = parse_gpu_list(arg)
+        indices = parse_gpu_selection(arg)
         st = await svc.status(inst)
         running: list[RunningModel] = []
         if st.reachable:

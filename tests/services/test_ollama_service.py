@@ -497,7 +497,7 @@ async def test_ollama_command_json_and_text(services: Services,
         await ollama_command(services, inst, "dance", None, False)
     with pytest.raises(ServiceError, match="give a model"):
         await ollama_command(services, inst, "pull", None, False)
-    assert svc_mod.parse_gpu_list("all") is None and svc_mod.parse_gpu_list("1, 0") == [1, 0]
+    assert svc_mod.parse_gpu_selection("all") is None and svc_mod.parse_gpu_selection("1, 0") == [1, 0]
     # all GPUs again: CUDA_VISIBLE_DEVICES unset
     assert await ollama_command(services, inst, "gpus", "all", True) == 0
     data = json.loads(capsys.readouterr().out)

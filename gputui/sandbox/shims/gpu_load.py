@@ -25,11 +25,11 @@ from pathlib import Path
 from types import FrameType
 
 from .state import (
-    GpuSpec,
     GpuUse,
     InstanceSpec,
     ProcRecord,
     SandboxStateError,
+    SimGpu,
     enforce_power,
     live_processes,
     load_instance,
@@ -100,12 +100,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def visible_gpus(spec: InstanceSpec, env: str | None) -> list[GpuSpec]:
+def visible_gpus(spec: InstanceSpec, env: str | None) -> list[SimGpu]:
     """The GPUs a CUDA program sees, in CUDA_VISIBLE_DEVICES order (None: all of them).
     Like CUDA, the list stops at the first entry that names no GPU."""
     if env is None:
         return list(spec.gpus)
-    out: list[GpuSpec] = []
+    out: list[SimGpu] = []
     for item in (s.strip() for s in env.split(",")):
         match = None
         for gpu in spec.gpus:
@@ -119,13 +119,13 @@ def visible_gpus(spec: InstanceSpec, env: str | None) -> list[GpuSpec]:
     return out
 
 
-def choose_gpus(spec: InstanceSpec, wanted: str, env: str | None) -> list[GpuSpec]:
+def choose_gpus(spec: InstanceSpec, wanted: str, env: str | None) -> list[SimGpu]:
     visible = visible_gpus(spec, env)
     if not visible:
         raise LoadError("RuntimeError: CUDA error: no CUDA-capable device is detected")
     if wanted.strip().lower() == "all":
         return visible
-    chosen: list[GpuSpec] = []
+    chosen: list[SimGpu] = []
     for item in (s.strip() for s in wanted.split(",") if s.strip()):
         if not item.isdigit() or int(item) >= len(visible):
             raise LoadError("RuntimeError: CUDA error: invalid device ordinal")

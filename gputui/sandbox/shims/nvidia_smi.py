@@ -22,9 +22,9 @@ from typing import TextIO
 from . import fields as F
 from .sim import GpuReading, read_gpus
 from .state import (
-    GpuSpec,
     InstanceSpec,
     SandboxStateError,
+    SimGpu,
     enforce_power,
     live_processes,
     load_instance,
@@ -224,10 +224,10 @@ def _ctime(now: float) -> str:
     return time.asctime(time.localtime(now))
 
 
-def select_gpus(spec: InstanceSpec, ids: list[str] | None) -> list[GpuSpec]:
+def select_gpus(spec: InstanceSpec, ids: list[str] | None) -> list[SimGpu]:
     if not ids:
         return list(spec.gpus)
-    chosen: list[GpuSpec] = []
+    chosen: list[SimGpu] = []
     for ident in ids:
         match = None
         for gpu in spec.gpus:
@@ -270,7 +270,7 @@ def _w(value: float) -> str:
 # --------------------------------------------------------------------------- --query-gpu
 
 
-def gpu_values(spec: InstanceSpec, gpu: GpuSpec, r: GpuReading, now: float) -> dict[str, str]:
+def gpu_values(spec: InstanceSpec, gpu: SimGpu, r: GpuReading, now: float) -> dict[str, str]:
     """Every --query-gpu field this sandbox knows, as text without units; others are [N/A]."""
     dc = gpu.datacenter
     v: dict[str, str] = {
@@ -483,13 +483,13 @@ def render_query_apps(ctx: Context, names: list[str], nounits: bool) -> list[str
 class Context:
     """One reading of the instance: spec + live processes + simulated values at `now`."""
 
-    def __init__(self, spec: InstanceSpec, gpus: list[GpuSpec], now: float, procs: list) -> None:
+    def __init__(self, spec: InstanceSpec, gpus: list[SimGpu], now: float, procs: list) -> None:
         self.spec = spec
         self.gpus = gpus
         self.now = now
         self.readings = {r.index: r for r in read_gpus(spec, procs, now)}
 
-    def selected(self) -> list[tuple[GpuSpec, GpuReading]]:
+    def selected(self) -> list[tuple[SimGpu, GpuReading]]:
         return [(g, self.readings[g.index]) for g in self.gpus]
 
 
@@ -585,7 +585,7 @@ def render_table(ctx: Context) -> list[str]:
 Node = tuple[str, "str | list[Node]"]
 
 
-def _xml_gpu(ctx: Context, gpu: GpuSpec, r: GpuReading) -> list[Node]:
+def _xml_gpu(ctx: Context, gpu: SimGpu, r: GpuReading) -> list[Node]:
     dc = gpu.datacenter
     v = gpu_values(ctx.spec, gpu, r, ctx.now)
 

@@ -11,7 +11,7 @@ import math
 import zlib
 from dataclasses import dataclass, field
 
-from .state import GpuSpec, InstanceSpec, ProcRecord, memory_in_use
+from .state import InstanceSpec, ProcRecord, SimGpu, memory_in_use
 
 HEAT_TAU_S = 45.0  # time constant of the temperature rise/fall under load
 FAN_START_C = 45.0
@@ -64,7 +64,7 @@ def heat(procs: list[ProcRecord], index: int, now: float) -> float:
     return min(1.0, total)
 
 
-def read_gpu(gpu: GpuSpec, procs: list[ProcRecord], now: float) -> GpuReading:
+def read_gpu(gpu: SimGpu, procs: list[ProcRecord], now: float) -> GpuReading:
     mine = [p for p in procs if gpu.index in p.gpus]
     used = memory_in_use(mine, gpu.index)
     free = max(0, gpu.memory_total_mib - gpu.memory_reserved_mib - used)

@@ -147,7 +147,7 @@ def _as_utc(now: datetime | float | None) -> datetime:
 
 
 @dataclass
-class GpuSpec:
+class SimGpu:
     """One simulated GPU: the static facts nvidia-smi reports."""
 
     index: int
@@ -199,11 +199,11 @@ class InstanceSpec:
     instance_id: str
     driver_version: str
     cuda_version: str
-    gpus: list[GpuSpec]
+    gpus: list[SimGpu]
     created_at: str = ""
     format: int = FORMAT_VERSION
 
-    def gpu(self, index: int) -> GpuSpec | None:
+    def gpu(self, index: int) -> SimGpu | None:
         for gpu in self.gpus:
             if gpu.index == index:
                 return gpu
@@ -211,7 +211,7 @@ class InstanceSpec:
 
 
 # Rough per-model facts, matched by substring of the nvidia-smi name (first match wins).
-# Values not listed fall back to GpuSpec's defaults. Order matters: "A100" before "A10".
+# Values not listed fall back to SimGpu's defaults. Order matters: "A100" before "A10".
 _PROFILES: list[tuple[str, dict[str, Any]]] = [
     (
         "H200",
@@ -534,14 +534,14 @@ def create_instance_dir(
 
     Writes ``root/.sandbox/instance.json`` and the ``root/bin`` shims, and returns ``root``.
     ``gpu_name`` is the name exactly as nvidia-smi prints it ("NVIDIA GeForce RTX 4090").
-    ``overrides`` sets any other GpuSpec field for every GPU (e.g. ``compute_cap="8.9"``,
+    ``overrides`` sets any other SimGpu field for every GPU (e.g. ``compute_cap="8.9"``,
     ``datacenter=False``, ``idle_power_w=20``); unknown names raise TypeError.
     """
     if gpu_count < 1:
         raise ValueError("gpu_count must be at least 1")
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    known = set(GpuSpec.__dataclass_fields__)
+    known = set(SimGpu.__dataclass_fields__)
     bad = set(overrides) - known
     if bad:
         raise TypeError(f"unknown GPU fields: {', '.join(sorted(bad))}")
@@ -571,7 +571,7 @@ def create_instance_dir(
             values.setdefault("idle_temp_c", 38.0)
             values.setdefault("load_temp_c", 72.0)
         values.update(overrides)
-        gpus.append(GpuSpec(**values))
+        gpus.append(SimGpu(**values))
     spec = InstanceSpec(
         instance_id=instance_id,
         driver_version=driver_version,
@@ -629,8 +629,8 @@ def load_instance(root: Path) -> InstanceSpec:
     try:
         if int(data.get("format", 1)) > FORMAT_VERSION:
             raise SandboxStateError(f"{path} is from a newer gputui (format {data['format']})")
-        known = set(GpuSpec.__dataclass_fields__)
-        gpus = [GpuSpec(**{k: v for k, v in g.items() if k in known}) for g in data["gpus"]]
+        known = set(SimGpu.__dataclass_fields__)
+        gpus = [SimGpu(**{k: v for k, v in g.items() if k in known}) for g in data["gpus"]]
         return InstanceSpec(
             instance_id=data["instance_id"],
             driver_version=data["driver_version"],
@@ -899,5 +899,5 @@ def memory_in_use(procs: list[ProcRecord], index: int) -> int:
     return sum(p.gpus[index].memory_mib for p in procs if index in p.gpus)
 
 
-def memory_free_mib(gpu: GpuSpec, procs: list[ProcRecord]) -> int:
+def memory_free_mib(gpu: SimGpu, procs: list[ProcRecord]) -> int:
     return max(0, gpu.memory_total_mib - gpu.memory_reserved_mib - memory_in_use(procs, gpu.index))

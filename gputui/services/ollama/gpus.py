@@ -108,7 +108,7 @@ def cuda_visible_value(gpus: Sequence[GpuInfo], indices: Sequence[int]) -> str:
     return ",".join(out)
 
 
-def parse_gpu_list(text: str) -> list[int] | None:
+def parse_gpu_selection(text: str) -> list[int] | None:
     """'0,1' / '1' / 'all' -> indices (None: all GPUs)."""
     text = text.strip().lower()
     if text in ("all", "*", ""):
