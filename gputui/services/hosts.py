@@ -5,7 +5,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 from gputui.models import Granularity, Instance, Lease, SSHEndpoint
+from gputui.remote.sshline import parse_ssh_line
 from gputui.services.hub import ServiceError, Services, new_instance_id
+
+__all__ = ["UnknownHostKeyError", "add_ssh_host", "parse_ssh_line"]
 
 
 class UnknownHostKeyError(ServiceError):

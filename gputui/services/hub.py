@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from gputui.remote.hostkeys import KnownHosts
     from gputui.remote.ssh import LinkPool
 
+__all__ = ["CreateRequest", "InvalidRequest", "ProviderSet", "ServiceError", "Services",
+           "new_instance_id", "provider_class", "quote_args"]
+
 Progress = Callable[[str], None]
 T = TypeVar("T", bound="Closable")
 

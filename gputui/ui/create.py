@@ -360,7 +360,7 @@ class CreateScreen(BaseScreen):
 
     @work(exclusive=True, group="create", exit_on_error=False)
     async def rent(self, offer: Offer, lease: Lease, disk: float) -> None:
-        from gputui.providers.base import CreateRequest
+        from gputui.services.hub import CreateRequest
 
         self.busy = True
         progress = self.query_one("#progress", Static)

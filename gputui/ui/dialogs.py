@@ -177,7 +177,7 @@ class AddHostDialog(ModalScreen[dict | None]):
 
         from textual.widgets import Select
 
-        from gputui.remote.sshline import parse_ssh_line
+        from gputui.services.hosts import parse_ssh_line
 
         error = self.query_one("#host-error", Static)
         try:
