@@ -71,6 +71,7 @@ class GpuSpec(BaseModel):
     @property
     def usable_bytes(self) -> int:
         """Memory one process can allocate on this card, in bytes (see USABLE_FRACTION)."""
+        total: float
         if self.nvidia_smi_total_mib is not None:
             total = self.nvidia_smi_total_mib * MIB
         else:

@@ -99,7 +99,8 @@ def cmd_extend(args: argparse.Namespace) -> int:
             lease = await leases.extend(inst, by=lease_span(args.by, "extend"))
         layers = ["console"] + (["on-instance"] if lease.on_instance_armed else []) + (
             ["provider"] if lease.provider_armed else [])
-        print(f"{inst.name}: release at {lease.release_at.astimezone():%Y-%m-%d %H:%M} "
+        at = lease.release_at.astimezone() if lease.release_at else None
+        print(f"{inst.name}: release at {f'{at:%Y-%m-%d %H:%M}' if at else 'no time'} "
               f"(in {format_remaining(lease.remaining())}; layers: {', '.join(layers)})")
         return 0
 

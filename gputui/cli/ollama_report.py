@@ -164,16 +164,16 @@ async def _command(
                       f"{(m.family or '')[:8]:<8} {_ago(m.modified_at)}")
         return 0
     if action == "ps":
-        running = await svc.running(inst)
+        loaded = await svc.running(inst)
         if as_json:
-            print_json([m.as_dict() for m in running])
-        elif not running:
+            print_json([r.as_dict() for r in loaded])
+        elif not loaded:
             print(f"No model is loaded on {inst.name}.")
         else:
             print(f"{'NAME':<28} {'SIZE':>8} {'IN VRAM':>8}  {'PROCESSOR':<16} UNTIL")
-            for m in running:
-                print(f"{m.name[:28]:<28} {_gb(m.size):>8} {_gb(m.size_vram):>8}  "
-                      f"{m.processor:<16} {_until(m.expires_at)}")
+            for r in loaded:
+                print(f"{r.name[:28]:<28} {_gb(r.size):>8} {_gb(r.size_vram):>8}  "
+                      f"{r.processor:<16} {_until(r.expires_at)}")
         return 0
     if action == "pull":
         assert arg is not None

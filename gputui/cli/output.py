@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import IO, TYPE_CHECKING
 
 from gputui.errors import EXIT_BAD_INPUT, EXIT_ERROR, GputuiError
 
@@ -32,7 +32,7 @@ class CommandError(GputuiError):
         return self.exit_code
 
 
-def print_json(data: object, out: TextIO | None = None) -> None:
+def print_json(data: object, out: IO[str] | None = None) -> None:
     """The one JSON output of every command: indented, ASCII only (no byte from outside can
     reach a terminal as a control sequence), values JSON lacks as strings."""
     out = out or sys.stdout

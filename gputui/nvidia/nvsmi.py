@@ -1194,7 +1194,8 @@ def apply_gpu_list(inventory: HostInventory, listed: Sequence[ListedGpu]) -> Hos
     """The inventory with what `nvidia-smi -L` adds: GPU UUIDs and names where missing, and the
     exact MIG profiles and UUIDs (matched by GPU index and MIG device index)."""
     gpus_listed = {g.index: g for g in listed if not g.is_mig}
-    migs_listed = {(g.parent_index, g.index): g for g in listed if g.is_mig}
+    migs_listed: dict[tuple[int | None, int | None], ListedGpu] = {
+        (g.parent_index, g.index): g for g in listed if g.is_mig}
     gpus = []
     for gpu in inventory.gpus:
         entry = gpus_listed.get(gpu.index)

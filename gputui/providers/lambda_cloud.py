@@ -805,7 +805,8 @@ class LambdaProvider(Provider):
         if inst.running_since is None:
             # No sighting of it booting (a restart in between): from its creation, which is
             # before Lambda's start — the meter errs upwards, never down.
-            inst.mark_running(self._seen_booting.pop(pid, None) or inst.created_at)
+            seen = self._seen_booting.pop(pid) if pid in self._seen_booting else None
+            inst.mark_running(seen or inst.created_at)
         inst.status = InstanceStatus.RUNNING
         inst.stopped_at = None
         inst.status_detail = {

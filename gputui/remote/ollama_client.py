@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -262,7 +262,8 @@ def _models(data: Any) -> list[dict[str, Any]]:
 
 
 def _details_json(m: dict[str, Any]) -> dict[str, Any]:
-    d = m.get("details") if isinstance(m.get("details"), dict) else {}
+    details = m.get("details")
+    d: dict[str, Any] = details if isinstance(details, dict) else {}
 
     def text(key: str) -> str | None:
         value = d.get(key)
@@ -421,7 +422,7 @@ class OllamaClient:
             **details,
         )
 
-    async def pull(self, model: str) -> AsyncIterator[PullEvent]:
+    async def pull(self, model: str) -> AsyncGenerator[PullEvent, None]:
         """The streamed progress lines. Leaving the loop early (or cancelling the task) closes
         the connection, which cancels the pull on the server; a later pull resumes it."""
         stream: Any = None

@@ -552,8 +552,10 @@ def fit(
     m = fit_model(
         model, params=params, layers=layers, kv_heads=kv_heads, head_dim=head_dim, heads=heads
     )
-    kw = {} if lora_rank is None else {"lora_rank": lora_rank}
-    est = estimate_fit(m, job, precision, context, batch, **kw)
+    if lora_rank is None:
+        est = estimate_fit(m, job, precision, context, batch)
+    else:
+        est = estimate_fit(m, job, precision, context, batch, lora_rank=lora_rank)
     return FitAnswer(est, cards_that_fit(est, prices=load_prices() if prices is None else prices))
 
 

@@ -50,9 +50,8 @@ async def add_ssh_host(
     from gputui.remote.ssh import Link, SSHLayerError
 
     services.check_name_free(name or endpoint.host)
-    options = {"config": None, "connect_timeout": 10.0}
     link = Link(endpoint, known_hosts=services.known_hosts, accept_new_host_key=accept_new_host_key,
-                password=password, **options)
+                password=password, config=None, connect_timeout=10.0)
     where = f"{endpoint.user}@{endpoint.host}:{endpoint.port}"
     try:
         result = await link.run("nvidia-smi -L", timeout=30)

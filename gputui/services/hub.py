@@ -553,8 +553,12 @@ class Services:
                 break
             except ProviderError as exc:
                 last_error = str(exc)
-                await self.store.update_instance(inst.id, lambda i, m=last_error: i.model_copy(
-                    update={"status_detail": f"release failed, retrying: {m}"}))
+                detail = f"release failed, retrying: {last_error}"
+
+                def retrying(i: Instance, detail: str = detail) -> Instance:
+                    return i.model_copy(update={"status_detail": detail})
+
+                await self.store.update_instance(inst.id, retrying)
                 if attempt + 1 < attempts:
                     await asyncio.sleep(backoff * 2**attempt)
         if last_error:

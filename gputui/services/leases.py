@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
+from gputui.models import EndReason, Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
 from gputui.services.hub import InvalidRequest, ServiceError, Services
 
 if TYPE_CHECKING:
@@ -167,11 +167,16 @@ class LeaseService:
                 provider_armed = await provider.schedule_release(inst, lease.release_at)
             except Exception as exc:  # the provider's own words, one line
                 problems.append(f"provider schedule: {exc}")
-        lease = await self.store.update_lease(inst.id, lambda le: le.model_copy(update={
-            "on_instance_armed": on_instance and le.release_at is not None,
-            "provider_armed": provider_armed and le.release_at is not None,
-            "armed_for": lease.release_at,
-        }))
+        armed_for = lease.release_at
+
+        def armed(le: Lease) -> Lease:
+            return le.model_copy(update={
+                "on_instance_armed": on_instance and le.release_at is not None,
+                "provider_armed": provider_armed and le.release_at is not None,
+                "armed_for": armed_for,
+            })
+
+        lease = await self.store.update_lease(inst.id, armed)
         for problem in problems:
             self.store.notify(f"{inst.name}: {problem} (the console still releases it on time)",
                               "warning", instance_id=inst.id)
@@ -405,7 +410,7 @@ class LeaseService:
                               f"data; start it (s on Home) or save what you need",
                               "warning", bell=True, instance_id=inst.id)
 
-    def _due(self, inst: Instance, lease: Lease, now: datetime) -> str | None:
+    def _due(self, inst: Instance, lease: Lease, now: datetime) -> EndReason | None:
         if inst.status == InstanceStatus.RELEASING:
             return inst.end_reason or "manual"  # a release interrupted (crash): finish it
         if lease.release_at is not None and lease.release_at <= now:
@@ -445,8 +450,10 @@ class LeaseService:
             return
         for minutes in self.warn_minutes:
             if left <= minutes * 60 and minutes not in lease.warned:
-                await self.store.update_lease(inst.id, lambda le, m=minutes: le.model_copy(
-                    update={"warned": sorted({*le.warned, m})}))
+                def warned(le: Lease, m: int = minutes) -> Lease:
+                    return le.model_copy(update={"warned": sorted({*le.warned, m})})
+
+                await self.store.update_lease(inst.id, warned)
                 mins = max(1, math.ceil(left / 60))
                 self.store.notify(
                     f"{inst.name} will be released in {mins} min — on Home, e extends 1 h, E 30 min",

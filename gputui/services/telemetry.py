@@ -35,6 +35,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from gputui.models import (
@@ -383,8 +384,8 @@ def evaluate_hints(
             ))
         # Power throttling.
         if trend is not None and s.power_limit_w:
-            ratio = trend.holds(now, rules.power_s, "power")
-            if ratio is not None and ratio >= rules.power_ratio:
+            power_ratio = trend.holds(now, rules.power_s, "power")
+            if power_ratio is not None and power_ratio >= rules.power_ratio:
                 hints.append(Hint(
                     "power-cap",
                     f"GPU {i} is drawing at its power limit ({s.power_draw_w or 0:.0f} of "
@@ -648,7 +649,7 @@ class TelemetryService:
 
         inst = Instance(
             id=LOCAL_ID, name="this machine", provider="local", gpu="local",
-            billing=BillingRule(price_per_hour=0), status=InstanceStatus.RUNNING,
+            billing=BillingRule(price_per_hour=Decimal(0)), status=InstanceStatus.RUNNING,
         )
         w = _Watch(inst, local=True)
         self._watches[LOCAL_ID] = w
@@ -670,7 +671,7 @@ class TelemetryService:
 
             inst = self.store.get_instance_sync(instance_id) if instance_id != LOCAL_ID else None
             w = _Watch(inst or Instance(id=instance_id, name=instance_id, provider="replay",
-                                        gpu="?", billing=BillingRule(price_per_hour=0)))
+                                        gpu="?", billing=BillingRule(price_per_hour=Decimal(0))))
             self._watches[instance_id] = w
         if inventory is not None:
             self.store.set_inventory(instance_id, inventory)

@@ -268,7 +268,7 @@ class ModelStore:
 
     def installed(self) -> list[tuple[str, dict[str, Any], float]]:
         root = self.dir / "manifests" / REGISTRY
-        out = []
+        out: list[tuple[str, dict[str, Any], float]] = []
         if not root.is_dir():
             return out
         for path in root.glob("*/*/*"):
@@ -599,7 +599,7 @@ class Handler(BaseHTTPRequestHandler):
             return {}
         try:
             data = json.loads(raw)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             self._json({"error": f"invalid character in request body: {exc.msg}"}, 400)
             return None
         if not isinstance(data, dict):
@@ -858,7 +858,8 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._json({"error": str(exc)}, 400)
             return
-        options = body.get("options") if isinstance(body.get("options"), dict) else {}
+        raw_options = body.get("options")
+        options: dict[str, Any] = raw_options if isinstance(raw_options, dict) else {}
         num_ctx = options.get("num_ctx")
         context = int(num_ctx) if isinstance(num_ctx, int | float) and num_ctx > 0 else None
         empty = (not body.get("messages")) if chat else (not body.get("prompt"))
