@@ -304,7 +304,8 @@ class GpuTuiApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
             return
-        groups = [("Everywhere", list(self.BINDINGS))]
+        groups: list[tuple[str, list[Binding]]] = [
+            ("Everywhere", [b for b in self.BINDINGS if isinstance(b, Binding)])]
         screen_bindings = [
             b
             for cls in type(self.screen).__mro__

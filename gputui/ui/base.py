@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 
@@ -34,7 +34,7 @@ class StoreEvent(Message):
 class BaseScreen(Screen):
     TITLE: ClassVar[str] = ""
     # Help and quit come first in every footer, so a narrow pane never hides them.
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "app.help", "Help", key_display="?"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -54,9 +54,10 @@ class BaseScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(TopBar).title = self.TITLE
-        self._unsubscribe = self.gapp.store.subscribe(
-            lambda ev: self.post_message(StoreEvent(ev))
-        )
+        def forward(ev: Event) -> None:  # post_message is safe from any thread
+            self.post_message(StoreEvent(ev))
+
+        self._unsubscribe = self.gapp.store.subscribe(forward)
         self.gapp.refresh_meter(self)
         # a screen lives until the app ends: once drawn, its widgets leave the collector's
         # full passes too (see GpuTuiApp._freeze_heap)

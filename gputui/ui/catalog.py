@@ -26,6 +26,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, Select, Static, TabbedContent, TabPane
 
@@ -309,10 +310,10 @@ class CatalogScreen(BaseScreen):
                 label = label.replace("$", "¥")
             table.add_column(label, key=col.key)
         for card in self.cards:
-            cells = [col.show(card) for col in svc.COLUMNS]
-            cells = [
+            shown = [col.show(card) for col in svc.COLUMNS]
+            cells: list[str | Text] = [
                 Text(c, justify="right") if col.numeric else c
-                for c, col in zip(cells, svc.COLUMNS, strict=True)
+                for c, col in zip(shown, svc.COLUMNS, strict=True)
             ]
             table.add_row(MARK if card.key in self.marked else " ", *cells, key=card.key)
         if current is not None and any(c.key == current for c in self.cards):
@@ -373,7 +374,7 @@ class CatalogScreen(BaseScreen):
             return None
         if table.row_count == 0 or table.cursor_row < 0:
             return None
-        return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
 
     def current_card(self) -> svc.CardRow | None:
         key = self.current_card_key()
@@ -563,7 +564,7 @@ class CatalogScreen(BaseScreen):
             if tab == "fit":
                 table = self.query_one("#fit-table", DataTable)
                 if table.row_count and table.cursor_row >= 0:
-                    row_key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key
+                    row_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key
                     return int(str(table.get_cell(row_key, "count")).strip().rstrip("×"))
             if tab == "cost":
                 return int(self.query_one("#cost-count", Input).value)
@@ -576,7 +577,7 @@ class CatalogScreen(BaseScreen):
         if tab == "fit":
             table = self.query_one("#fit-table", DataTable)
             if table.row_count and table.cursor_row >= 0:
-                return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+                return table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
             return None
         if tab == "cost":
             value = self.query_one("#cost-card", Select).value

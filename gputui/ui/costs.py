@@ -116,7 +116,8 @@ class CostsScreen(BaseScreen):
         now = self.gapp.now()
         cost = instance_cost(inst, self._leases.get(inst.id), now)
         cur = inst.billing.currency
-        release = format_remaining(cost.release_at and (cost.release_at - now).total_seconds())
+        release = format_remaining(
+            (cost.release_at - now).total_seconds() if cost.release_at else None)
         return {
             "name": Text(inst.name),
             "state": cost.billing_state,

@@ -241,7 +241,7 @@ class CreateScreen(BaseScreen):
         if offer is None:
             summary.update("Choose a GPU to see the price and what the job will cost.")
             return
-        count = int(self.query_one("#count", Select).value or 1)
+        count = _count(self.query_one("#count", Select).value)
         rule = offer.billing.model_copy(update={"price_per_hour": offer.price_per_gpu_hour * count})
         now = self.gapp.now()
         lines = [
@@ -372,7 +372,7 @@ class CreateScreen(BaseScreen):
             progress.update(" → ".join(steps) + (" …" if step != "running" else " ✓"))
 
         name = self.query_one("#name", Input).value.strip() or self._default_name(offer)
-        count = int(self.query_one("#count", Select).value or 1)
+        count = _count(self.query_one("#count", Select).value)
         image = self.query_one("#image", Select).value
         try:
             request = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=name,
@@ -393,3 +393,7 @@ class CreateScreen(BaseScreen):
         self.query_one("#progress", Static).update("")
         self.app.call_later(self.gapp.action_goto, "home")
 
+
+def _count(value: object) -> int:
+    """The GPU count a Select holds (1 when it holds nothing)."""
+    return value if isinstance(value, int) and value > 0 else 1

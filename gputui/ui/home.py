@@ -9,6 +9,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
 from gputui.format import format_money, format_remaining, short_gpu
@@ -93,7 +94,7 @@ class HomeScreen(BaseScreen):
                            for i in self._instances}
         table = self.query_one(DataTable)
         for key in [k.value for k in list(table.rows)]:
-            if key not in self._instances:
+            if key is not None and key not in self._instances:
                 table.remove_row(key)
                 self._shown.pop(key, None)
         for inst in self._instances.values():
@@ -185,8 +186,8 @@ class HomeScreen(BaseScreen):
         table = self.query_one(DataTable)
         if not self._instances or table.cursor_row < 0:
             return None
-        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
-        return self._instances.get(key)
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+        return self._instances.get(key) if key is not None else None
 
     # -- actions ------------------------------------------------------------------------------
 
@@ -248,11 +249,15 @@ class HomeScreen(BaseScreen):
         from gputui.ui.dialogs import ConfirmScreen
 
         cost = format_money(inst.accrued(self.gapp.now()), inst.billing.currency)
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.release(inst)
+
         self.app.push_screen(
             ConfirmScreen(f"Release [b]{escape(inst.name)}[/b] ({inst.gpu_count}× {escape(inst.gpu)}) now?\n\n"
                           f"It has cost {cost} so far. Its disk and running processes are gone "
                           "for good.", "Release", "Keep it"),
-            lambda yes: self.release(inst) if yes else None)
+            answered)
 
     @work(group="lease", exit_on_error=False)
     async def release(self, inst: Instance) -> None:
@@ -324,11 +329,15 @@ class HomeScreen(BaseScreen):
         except UnknownHostKeyError as exc:
             from gputui.ui.dialogs import ConfirmScreen
 
+            def trust(yes: bool | None) -> None:
+                if yes:
+                    self.add_host(form, accept_new=True)
+
             self.app.push_screen(
                 ConfirmScreen(f"[b]Unknown host[/b] {escape(exc.where)}\n\nIts host key fingerprint is\n"
                               f"[b]{exc.fingerprint}[/b]\n\nTrust it only if it matches what the "
                               "provider shows.", "Trust and add", "Cancel"),
-                lambda yes: self.add_host(form, accept_new=True) if yes else None)
+                trust)
             return
         except Exception as exc:
             # the form comes back with what was typed and the reason, nothing to retype

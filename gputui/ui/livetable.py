@@ -241,7 +241,7 @@ class LiveTable(ScrollView, can_focus=True):
         if key is not None:
             self.post_message(self.RowSelected(self, key, self._cursor))
 
-    def _on_click(self, event: events.Click) -> None:
+    async def _on_click(self, event: events.Click) -> None:
         if event.y < 1:
             return
         row = int(self.scroll_y) + event.y - 1
@@ -275,9 +275,10 @@ class LiveTable(ScrollView, can_focus=True):
         if row == self._cursor:
             strip = self._render_cells(self._cells[key], self._cursor_style(), cursor=True)
         else:
-            strip = self._strips.get(key)
-            if strip is None:
-                strip = self._strips[key] = self._render_cells(self._cells[key], base)
+            cached = self._strips.get(key)
+            if cached is None:
+                cached = self._strips[key] = self._render_cells(self._cells[key], base)
+            strip = cached
         return strip.crop_extend(scroll_x, scroll_x + width, base)
 
     def _cursor_style(self) -> Style:

@@ -25,6 +25,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.coordinate import Coordinate
 from textual.widgets import Checkbox, DataTable, Input, ProgressBar, Select, Static
 
 from gputui.format import format_gib, short_gpu
@@ -157,8 +158,8 @@ def placement_style(ok: bool, unverified: bool) -> str:
 class GpuCheckbox(Checkbox):
     """A GPU's tick box whose mark reads without colour: X ticked, blank not."""
 
-    @property  # type: ignore[override]
-    def BUTTON_INNER(self) -> str:  # noqa: N802 - Textual's name
+    @property
+    def BUTTON_INNER(self) -> str:  # type: ignore[override]  # noqa: N802 - Textual's name
         return "X" if self.value else " "
 
 
@@ -244,10 +245,8 @@ class OllamaScreen(BaseScreen):
         services = getattr(self.gapp, "services", None) or self.app.services  # type: ignore[attr-defined]
         return service_for(services)
 
-    async def on_unmount(self) -> None:
-        super().on_unmount()
-        if getattr(self, "_owned", False):
-            await self._svc.close()
+    def on_unmount(self) -> None:
+        super().on_unmount()  # the Ollama service is the session's: it closes with it
 
     # -- instances -----------------------------------------------------------------------------
     def _reload_instances(self, *, initial: bool = False) -> None:
@@ -324,7 +323,7 @@ class OllamaScreen(BaseScreen):
                     columns: list[tuple[str, str]]) -> None:
         """Rows by key: gone ones removed, present ones updated cell by cell, new ones added."""
         table = self.query_one(table_id, DataTable)
-        have = {k.value for k in table.rows}
+        have = {k.value for k in table.rows if k.value is not None}
         for key in have - set(rows):
             table.remove_row(key)
         for key, cells in rows.items():
@@ -413,12 +412,15 @@ class OllamaScreen(BaseScreen):
         table = self.query_one(table_id, DataTable)
         if table.row_count == 0 or table.cursor_row < 0:
             return None
-        return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
 
     async def _confirm(self, question: str, yes: str, no: str = "Cancel") -> bool:
+        from textual.screen import Screen
+
         from gputui.ui.dialogs import ConfirmScreen
 
-        return bool(await self.app.push_screen_wait(ConfirmScreen(question, yes, no)))
+        screen: Screen[Any] = ConfirmScreen(question, yes, no)
+        return bool(await self.app.push_screen_wait(screen))
 
     def _fail(self, inst: Instance, exc: BaseException) -> None:
         text = str(exc).removeprefix(f"{inst.name}: ")  # said once, not twice
@@ -707,5 +709,5 @@ class OllamaScreen(BaseScreen):
 
     def rows(self, table_id: str) -> dict[str, dict[str, Any]]:
         table = self.query_one(table_id, DataTable)
-        cols = [c.key.value for c in table.columns.values()]
-        return {k.value: dict(zip(cols, table.get_row(k), strict=True)) for k in table.rows}
+        cols = [str(c.key.value) for c in table.columns.values()]
+        return {str(k.value): dict(zip(cols, table.get_row(k), strict=True)) for k in table.rows}
