@@ -244,3 +244,40 @@ async def test_console_idle_check_releases_from_live_telemetry(services: Service
             assert result.released == []
     assert services.store.get_instance_sync(idle.id).end_reason == "idle"
     assert services.store.get_instance_sync(busy.id).status == InstanceStatus.RUNNING
+
+
+async def test_stop_keeps_the_disk_and_bills_storage_only_then_start_runs_it_again(
+        services: Services):
+    inst = await rent(services, count=1)
+    await services.run(inst, "echo kept > notes.txt")
+    provider = services.provider("sandbox")
+    assert provider.capabilities.stop_start
+    stopped = await provider.stop(inst)
+    assert stopped.status == InstanceStatus.STOPPED and stopped.running_since is None
+    assert "stopped at" in (stopped.status_detail or "")
+    later = utcnow() + timedelta(hours=10)
+    rec = provider.read_record(inst.id)
+    # compute billing ended at the stop; only storage goes on
+    assert stopped.billed_running_seconds == pytest.approx(rec.running_seconds(later))
+    assert rec.billed(later) - rec.billed(utcnow()) > 0  # the disk still bills
+    assert provider.instance_root(inst.id).joinpath("notes.txt").exists()
+    with pytest.raises(ServiceError):
+        await services.run(stopped, "true", timeout=5)
+    started = await provider.start(stopped)
+    assert started.status == InstanceStatus.RUNNING and started.running_since is not None
+    await services.store.update_instance(inst.id, lambda _i: started)
+    out = await services.run(started, "cat notes.txt")
+    assert out.stdout.strip() == "kept"
+    assert len(provider.read_record(inst.id).periods) == 2
+
+
+async def test_providers_without_stop_say_so(services: Services):
+    from gputui.providers.base import ProviderError
+
+    inst = await rent(services, count=1)
+    ssh = services.provider("ssh")
+    assert not ssh.capabilities.stop_start
+    with pytest.raises(ProviderError, match="cannot stop"):
+        await ssh.stop(inst)
+    with pytest.raises(ProviderError, match="cannot start"):
+        await ssh.start(inst)
