@@ -28,6 +28,7 @@ from mcp_types import INVALID_PARAMS
 from gputui.config import Config, parse_duration
 from gputui.errors import BadInput, GputuiError
 from gputui.models import Instance, Lease, money, utcnow
+from gputui.services.ollama import service_for
 
 if TYPE_CHECKING:
     from gputui.services.hub import Services
@@ -362,7 +363,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
     async def ollama_list(name: str) -> dict[str, Any]:
         """Ollama models installed on the instance, and those loaded now."""
         inst = gw.find(name)
-        svc = gw.services.ollama
+        svc = service_for(gw.services)[0]
         try:
             models = await svc.models(inst)
             running = await svc.running(inst)
@@ -377,7 +378,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         inst = gw.find(name)
         if not isinstance(model, str) or not model.strip() or len(model) > 200:
             raise bad("model: give a model name such as qwen2.5:7b")
-        svc = gw.services.ollama
+        svc = service_for(gw.services)[0]
         try:
             st = await svc.start(inst)
             progress = await svc.pull(inst, model, status=st)
@@ -397,7 +398,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             raise bad("model: give a model name such as qwen2.5:7b")
         if gpus is not None and (not gpus or any(g < 0 or g > 63 for g in gpus)):
             raise bad("gpus: GPU indices such as [0, 1]")
-        svc = gw.services.ollama
+        svc = service_for(gw.services)[0]
         try:
             if gpus is not None:
                 await svc.apply_gpus(inst, sorted(set(gpus)))

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,8 +176,8 @@ def _command(metrics: str | None = None, allow_remote: bool = False) -> list[str
 
 
 def systemd_unit(metrics: str | None = None, allow_remote: bool = False,
-                 env: dict[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
+                 environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
     lines = [
         "[Unit]",
         "Description=gputui daemon: keeps the release deadlines of rented GPUs",
@@ -196,15 +196,15 @@ def systemd_unit(metrics: str | None = None, allow_remote: bool = False,
     return "\n".join(lines)
 
 
-def unit_path(env: dict[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
+def unit_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
     return Path(base) / "systemd" / "user" / UNIT_NAME
 
 
-def cron_line(state_dir: Path, env: dict[str, str] | None = None) -> str:
+def cron_line(state_dir: Path, environ: Mapping[str, str] | None = None) -> str:
     """Layer 3 without a daemon: reap every minute."""
-    env = os.environ if env is None else env
+    env = os.environ if environ is None else environ
     prefix = f"GPUTUI_HOME={shlex.quote(env['GPUTUI_HOME'])} " if env.get("GPUTUI_HOME") else ""
     log = shlex.quote(str(state_dir / "reap.log"))
     return (f"* * * * * {prefix}{shlex.quote(sys.executable)} -m gputui reap "
@@ -326,25 +326,13 @@ class Daemon:
         return self.telemetry.watching()
 
 
-_PROVIDER_CLASSES = {
-    "sandbox": "gputui.providers.sandbox:SandboxProvider",
-    "ssh": "gputui.providers.ssh:SshProvider",
-    "lambda": "gputui.providers.lambda_cloud:LambdaProvider",
-}
-
-
 def capabilities_of(services: Services, provider: str) -> Any:
-    """A provider's declared capabilities, without making one that is disabled."""
-    if provider in services.providers:
-        with contextlib.suppress(KeyError):
-            return services.providers[provider].capabilities
-    spec = _PROVIDER_CLASSES.get(provider)
-    if spec is None:
-        return None
-    import importlib
+    """A provider's declared capabilities, without making one (None: no such provider)."""
+    from gputui.services.hub import PROVIDER_CLASSES
 
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name).capabilities
+    if provider not in PROVIDER_CLASSES:
+        return None
+    return services.capabilities(provider)
 
 
 def needs_layer3(services: Services, instances: list[Any] | None = None) -> list[str]:
