@@ -51,6 +51,16 @@ def socket_path(root: Path) -> Path:
     return base / f"sandbox-{digest}.sock"
 
 
+def private_folder(path: Path) -> None:
+    """Make `path` (mode 0700) or check that an existing one is ours and private: a socket in
+    a folder someone else controls could be swapped for theirs."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise DaemonDown(f"{path} is not a private folder of this user (owner {st.st_uid}, "
+                         f"mode {st.st_mode & 0o777:o}); remove it or set GPUTUI_HOME")
+
+
 def daemon_pid(root: Path) -> int | None:
     """The pid in `daemon.json` if that process is alive (not a zombie)."""
     try:

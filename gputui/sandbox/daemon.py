@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gputui.sandbox.client import socket_path
+from gputui.sandbox.client import private_folder, socket_path
 from gputui.sandbox.platform import NoSuchInstance, Platform, PlatformError
 
 log = logging.getLogger("gputui.sandbox")
@@ -150,10 +150,14 @@ async def serve(root: Path, *, idle_exit_s: float | None = None,
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, daemon.stopping.set)
     sock = socket_path(root)
-    sock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if sock.parent != root:
+        private_folder(sock.parent)
     sock.unlink(missing_ok=True)  # a dead daemon's (we hold the lock)
-    server = await asyncio.start_unix_server(daemon.handle, path=str(sock), limit=MAX_REQUEST)
-    os.chmod(sock, 0o600)
+    old_umask = os.umask(0o177)  # the socket is born 0600: only this user may ask the cloud
+    try:
+        server = await asyncio.start_unix_server(daemon.handle, path=str(sock), limit=MAX_REQUEST)
+    finally:
+        os.umask(old_umask)
     info = root / "daemon.json"
     try:
         await daemon.platform.restore()

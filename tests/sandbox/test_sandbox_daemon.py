@@ -143,3 +143,28 @@ def test_serve_refuses_when_a_daemon_runs_already(gputui_home: Path):
     create(gputui_home)
     out = gputui(gputui_home, "sandbox", "serve", timeout=30)
     assert out.returncode == 1 and "already runs" in out.stderr
+
+
+async def test_a_folder_too_deep_for_a_unix_socket_gets_a_private_one(tmp_path: Path):
+    import asyncio
+
+    from gputui.sandbox.client import SandboxClient, socket_path, stop_daemon
+
+    root = tmp_path / ("d" * 60) / ("e" * 60) / "sandbox"
+    sock = socket_path(root)
+    assert sock.parent != root and len(str(sock)) < 108
+    try:
+        status = await SandboxClient(root).call("status")
+        assert status["root"] == str(root.resolve()) and status["instances"] == []
+        assert sock.stat().st_mode & 0o777 == 0o600
+        assert sock.parent.stat().st_mode & 0o777 == 0o700
+        # a request it cannot read gets one line back, and the daemon stays up
+        reader, writer = await asyncio.open_unix_connection(str(sock))
+        writer.write(b"not json\n")
+        await writer.drain()
+        reply = json.loads(await reader.readline())
+        writer.close()
+        assert reply["ok"] is False and "bad request" in reply["error"]
+        assert (await SandboxClient(root).call("ping"))["pid"] == status["pid"]
+    finally:
+        stop_daemon(root)
