@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any, TextIO
 
 from gputui.cli.output import print_json
-from gputui.errors import EXIT_BAD_INPUT
+from gputui.errors import exit_code, one_line
 from gputui.format import short_gpu
 from gputui.services.catalog import (
     COLUMNS,
@@ -205,9 +205,9 @@ def run_command(command: Callable[..., int], *args: Any, **kwargs: Any) -> int:
     `gputui: <message>` on stderr and exit code 2."""
     try:
         return command(*args, **kwargs)
-    except CatalogError as exc:
-        print(f"gputui: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except CatalogError as exc:  # the same line and code as `gputui.cli.main` gives
+        print(f"gputui: {one_line(exc)}", file=sys.stderr)
+        return exit_code(exc)
 
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from gputui.cli.output import print_json
+from gputui.errors import EXIT_ERROR as EXIT_FAIL
+from gputui.errors import EXIT_OK
 from gputui.nvidia.diagnose import diagnose_nvidia_smi
 from gputui.nvidia.nvsmi import NvsmiParseError
 from gputui.services.smi import (
-    EXIT_FAIL,
-    EXIT_OK,
     Check,
     Snapshot,
     SnapshotFailed,
