@@ -29,9 +29,94 @@ The commands, pure functions (`probe_script`, `systemd_dropin`, `systemd_apply_c
 they can be checked exactly.
 """
 
-from gputui.services.ollama.common import *  # noqa: F403
-from gputui.services.ollama.fit import *  # noqa: F403
-from gputui.services.ollama.gpus import *  # noqa: F403
-from gputui.services.ollama.probe import *  # noqa: F403
-from gputui.services.ollama.service import *  # noqa: F403
-from gputui.services.ollama.systemd import *  # noqa: F403
+from gputui.remote.ollama_client import InstalledModel, PullProgress, RunningModel
+from gputui.services.ollama.common import (
+    DEFAULT_PORT,
+    DROPIN_DIR,
+    DROPIN_NAME,
+    INSTALL_COMMAND,
+    SHOWN_ENV,
+    FitRefused,
+    OllamaServiceError,
+)
+from gputui.services.ollama.fit import (
+    FitCheck,
+    FitVerdict,
+    ModelEstimate,
+    check_fit,
+    estimate_model,
+)
+from gputui.services.ollama.gpus import (
+    GpuInfo,
+    cuda_visible_value,
+    gpu_words,
+    parse_gpu_rows,
+    parse_gpu_selection,
+    selection_of,
+)
+from gputui.services.ollama.probe import (
+    ServerProbe,
+    compute_apps_query,
+    gpu_query_command,
+    parse_probe,
+    probe_script,
+)
+from gputui.services.ollama.service import (
+    LoadResult,
+    OllamaService,
+    OllamaStatus,
+    PlacementReport,
+    ProgressCallback,
+    placement_report,
+    service_for,
+)
+from gputui.services.ollama.systemd import (
+    nohup_start_command,
+    restart_warning,
+    stop_process_command,
+    systemd_apply_commands,
+    systemd_dropin,
+    systemd_start_commands,
+)
+
+__all__ = [
+    "DEFAULT_PORT",
+    "DROPIN_DIR",
+    "DROPIN_NAME",
+    "FitCheck",
+    "FitRefused",
+    "FitVerdict",
+    "GpuInfo",
+    "INSTALL_COMMAND",
+    "InstalledModel",
+    "LoadResult",
+    "ModelEstimate",
+    "OllamaService",
+    "OllamaServiceError",
+    "OllamaStatus",
+    "PlacementReport",
+    "ProgressCallback",
+    "PullProgress",
+    "RunningModel",
+    "SHOWN_ENV",
+    "ServerProbe",
+    "check_fit",
+    "compute_apps_query",
+    "cuda_visible_value",
+    "estimate_model",
+    "gpu_query_command",
+    "gpu_words",
+    "nohup_start_command",
+    "parse_gpu_rows",
+    "parse_gpu_selection",
+    "parse_probe",
+    "placement_report",
+    "probe_script",
+    "restart_warning",
+    "selection_of",
+    "service_for",
+    "stop_process_command",
+    "systemd_apply_commands",
+    "systemd_dropin",
+    "systemd_start_commands",
+]
