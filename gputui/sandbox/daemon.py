@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.sandbox.client import private_folder, socket_path
-from gputui.sandbox.platform import NoSuchInstance, Platform, PlatformError
+from gputui.sandbox.platform import NoSuchInstance, Platform, PlatformError, power_off_machine
 
 log = logging.getLogger("gputui.sandbox")
 
@@ -110,8 +110,10 @@ class Daemon:
                 await asyncio.wait_for(self.stopping.wait(), TICK_S)
             if self.stopping.is_set():
                 break
-            if not self.root.is_dir():  # its folder was removed: nothing left to serve
-                log.info("%s is gone; stopping", self.root)
+            if not self.root.is_dir():  # its folder was removed: the machines go with it
+                log.info("%s is gone; powering off what it served and stopping", self.root)
+                for iid in list(self.platform.servers):
+                    await asyncio.to_thread(power_off_machine, self.platform.instance_root(iid))
                 self.stopping.set()
                 break
             try:

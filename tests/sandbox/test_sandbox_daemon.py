@@ -168,3 +168,26 @@ async def test_a_folder_too_deep_for_a_unix_socket_gets_a_private_one(tmp_path: 
         assert (await SandboxClient(root).call("ping"))["pid"] == status["pid"]
     finally:
         stop_daemon(root)
+
+
+@needs_ssh
+def test_a_daemon_whose_folder_is_removed_powers_off_and_goes(gputui_home: Path):
+    item = create(gputui_home)
+    started = openssh(gputui_home, port_of(item),
+                      "nohup gpu-load --gpus 0 --mem 1G --util 50 --seconds 600 "
+                      ">/dev/null 2>&1 & echo $!")
+    assert started.returncode == 0, started.stderr
+    job = int(started.stdout.split()[-1])
+    daemon = daemon_pid(gputui_home / "sandbox")
+    assert daemon is not None
+
+    def alive(pid: int) -> bool:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+    shutil.rmtree(gputui_home)  # e.g. a test's temporary home, cleaned up
+    wait_until(lambda: not alive(daemon), timeout=30, what="the daemon to stop")
+    wait_until(lambda: not alive(job), timeout=30, what="the job to be powered off")
