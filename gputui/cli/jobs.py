@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gputui.cli.output import EXIT_BAD_INPUT, CommandError, print_json, run_async
 from gputui.errors import BadInput
@@ -351,7 +351,7 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
     from gputui.services.jobs import JobService, JobSpec, parse_gpus
 
     inst = await _rent(services, args) if args.gpu else _live(services, args.name)
-    then = args.then or ("release" if args.gpu else "keep")
+    then: Literal["release", "stop", "keep"] = args.then or ("release" if args.gpu else "keep")
     pulls = _pulls(args)
     gpus = parse_gpus(args.gpus, inst.gpu_count)
     jobs = JobService(services)

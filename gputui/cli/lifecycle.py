@@ -58,7 +58,7 @@ def cmd_account(args: argparse.Namespace) -> int:
         from gputui.services.views import runway_line
 
         wanted = [args.provider] if args.provider else [
-            n for n in services.providers if n not in ("sandbox", "ssh", "lambda")]
+            n for n in services.providers if services.capabilities(n).account]
         if not wanted:
             raise CommandError("no provider with an account is configured (AutoDL: set "
                                "AUTODL_TOKEN)", 2)

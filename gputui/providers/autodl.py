@@ -268,6 +268,7 @@ class AutoDLProvider(Provider):
         stop_start=True,
         scheduled_release=False,  # no scheduled-shutdown endpoint exists: none is claimed
         power_off_stops_billing=True,  # billing is by power state
+        account=True,
         spot=False,
         simulated=False,
     )
@@ -461,7 +462,7 @@ class AutoDLProvider(Provider):
                                     body={"page_index": page, "page_size": 100})
             if not isinstance(data, Mapping):
                 raise AutoDLError("autodl: listing instances: unexpected answer (not a page)")
-            out.extend(x for x in data.get("list") or [] if isinstance(x, Mapping))
+            out.extend(dict(x) for x in data.get("list") or [] if isinstance(x, Mapping))
             max_page = int(data.get("max_page") or 1)
             if page >= max_page or page >= 100:
                 return out

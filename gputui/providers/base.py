@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,6 +57,7 @@ class Capabilities:
     simulated: bool = False  # no real money: the label says "(simulated)"
     local: bool = False  # `refresh` needs no network: cheap enough for every read command
     tags: bool = False  # instances carry our id: `find_tagged` finds a lost launch
+    account: bool = False  # `account()` reads a wallet (balance, vouchers)
     rentable: bool = True  # `create` rents from its offers (False: hosts are added, not rented)
 
 
@@ -106,6 +108,9 @@ class Provider:
     label: str = ""  # what the user sees, e.g. "sandbox (simulated)"
     capabilities: Capabilities = Capabilities()
     warnings: Sequence[str] = ()  # what the user should know about its setup, said once
+    # What the deadline does: "release" (the default), or "stop" where the user chose to power
+    # off and keep the disk (AutoDL's `at_deadline = "stop"`; needs `capabilities.stop_start`).
+    at_deadline: str = "release"
 
     # -- required ---------------------------------------------------------------------------
     async def offers(self) -> list[Offer]:
@@ -146,6 +151,18 @@ class Provider:
         """Power a stopped instance on again (`capabilities.stop_start`); `release_at` is the
         lease's deadline, for providers that arm a timer on the instance at boot."""
         raise ProviderError(f"{instance.provider}: cannot stop and start instances")
+
+    async def check_request(self, request: CreateRequest) -> None:
+        """Refuse (ProviderError) what the provider would refuse, before anything is recorded
+        or rented. Default: nothing to check here."""
+
+    async def live_price(self, instance: Instance) -> Decimal | None:
+        """The instance's price per hour now, where the record may not know it; None: unknown."""
+        return None
+
+    async def account(self) -> dict[str, Any]:
+        """The provider's wallet (`capabilities.account`)."""
+        raise ProviderError(f"{self.name}: has no account balance to read")
 
     async def find_tagged(self, our_id: str) -> dict[str, Any] | None:
         """The provider's instance launched for our record `our_id`, if any

@@ -457,7 +457,7 @@ class _Mover:
                 offset = known_part if known_part <= size else 0
             else:
                 attrs = await _remote_stat(sftp, part)
-                offset = attrs.size if attrs is not None and (attrs.size or 0) <= size else 0
+                offset = (attrs.size or 0) if attrs is not None and (attrs.size or 0) <= size else 0
             if offset:
                 self.summary.resumed += 1
             async with sftp.open(part, "r+b" if offset else "wb") as fh:
@@ -670,7 +670,7 @@ async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = F
             def known(e: _Entry, d: str) -> int | None:
                 return None
         await _run_all([
-            (lambda e=e, s=s, d=d: mover.put(s, d, e.size, e.mtime, known(e, d), e.mode))
+            (lambda e=e, s=s, d=d: mover.put(s, d, e.size, e.mtime, known(e, d), e.mode))  # type: ignore[misc]
             for e, s, d in changed
         ], mover)
         summary.paths = [d for _e, _s, d in changed]
@@ -743,7 +743,7 @@ async def pull(link: Link, remote: str, local: Path | str | None = None, *, chec
         totals.bytes_total = sum(e.size for e, _s, _d in changed)
         mover.report(force=True)
         await _run_all([
-            (lambda e=e, s=s, d=d: mover.get(s, d, e.size, e.mtime, e.mode))
+            (lambda e=e, s=s, d=d: mover.get(s, d, e.size, e.mtime, e.mode))  # type: ignore[misc]
             for e, s, d in changed
         ], mover)
         summary.paths = [str(d) for _e, _s, d in changed]

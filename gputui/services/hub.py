@@ -118,6 +118,7 @@ def keepalive_for(interval_s: float) -> dict[str, float | int]:
 # The providers gputui knows: name -> "module:Class" (imported when first used).
 PROVIDER_CLASSES: dict[str, str] = {
     "sandbox": "gputui.providers.sandbox:SandboxProvider",
+    "autodl": "gputui.providers.autodl:AutoDLProvider",
     "ssh": "gputui.providers.ssh:SshProvider",
     "lambda": "gputui.providers.lambda_cloud:LambdaProvider",
 }
@@ -178,10 +179,8 @@ class Services:
             return made
 
         def autodl() -> Provider | None:
-            from gputui.providers.autodl import AutoDLProvider
-
             try:
-                return AutoDLProvider(ctx)
+                return provider_class("autodl")(ctx)  # type: ignore[call-arg]
             except ProviderError as exc:  # e.g. a malformed base_url or token
                 store.notify(str(exc), "error")
                 return None
@@ -271,12 +270,10 @@ class Services:
         self.check_name_free(request.name)
         if lease is not None and request.release_at is None:
             request = request.model_copy(update={"release_at": lease.release_at})
-        check = getattr(provider, "check_request", None)
-        if check is not None:  # refused before anything is recorded or rented
-            try:
-                await check(request)
-            except ProviderError as exc:
-                raise _service_error(exc) from None
+        try:  # refused before anything is recorded or rented
+            await provider.check_request(request)
+        except ProviderError as exc:
+            raise _service_error(exc) from None
         inst = Instance(
             id=new_instance_id(), name=request.name, provider=provider_name,
             offer_id=offer.offer_id, gpu=offer.gpu, gpu_count=request.gpu_count,
@@ -355,11 +352,9 @@ class Services:
             ran = inst.model_copy(update={
                 "provider_id": pid, "running_since": inst.created_at, "billed_running_seconds": 0,
                 "status": InstanceStatus.RUNNING, "ended_at": None, "end_reason": None})
-            live_price = getattr(provider, "live_price", None)
-            if live_price is not None:  # the record may not know the price (AutoDL: on creation)
-                price = await live_price(ran)
-                if price is not None:
-                    ran.billing = ran.billing.model_copy(update={"price_per_hour": price})
+            price = await provider.live_price(ran)  # the record may not know it (AutoDL)
+            if price is not None:
+                ran.billing = ran.billing.model_copy(update={"price_per_hour": price})
             try:
                 await provider.release(ran)
             except ProviderError as exc:
@@ -430,7 +425,7 @@ class Services:
     async def stop(self, inst: Instance) -> Instance:
         """Power off through the provider (compute billing stops; the disk may still cost)."""
         provider = self.provider(inst.provider)
-        if not provider.capabilities.stop_start or getattr(provider, "stop", None) is None:
+        if not provider.capabilities.stop_start:
             raise InvalidRequest(f"{inst.name}: {inst.provider} cannot stop and start instances")
         if inst.status == InstanceStatus.STOPPED:
             return inst
@@ -447,7 +442,7 @@ class Services:
     async def start(self, inst: Instance, *, progress: Progress | None = None) -> Instance:
         """Power on again (the lease's deadline is re-armed where the provider can)."""
         provider = self.provider(inst.provider)
-        if not provider.capabilities.stop_start or getattr(provider, "start", None) is None:
+        if not provider.capabilities.stop_start:
             raise InvalidRequest(f"{inst.name}: {inst.provider} cannot stop and start instances")
         if inst.status == InstanceStatus.RUNNING:
             return inst
@@ -475,11 +470,10 @@ class Services:
     async def account(self, provider_name: str) -> dict[str, Any]:
         """The provider's wallet (AutoDL: balance, vouchers, lifetime spend)."""
         provider = self.provider(provider_name)
-        read = getattr(provider, "account", None)
-        if read is None:
+        if not provider.capabilities.account:
             raise InvalidRequest(f"{provider_name}: has no account balance to read")
         try:
-            return await read()
+            return await provider.account()
         except ProviderError as exc:
             raise _service_error(exc) from None
 

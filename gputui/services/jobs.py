@@ -476,10 +476,11 @@ class JobService:
         rec = WhenDone(policy=policy, pulls=[{"remote": r, "local": str(loc)} for r, loc in pulls],
                        grace_s=grace_s, set_at=utcnow().isoformat())
         lease = await self.store.get_lease(inst.id)
-        remote = {"policy": policy, "grace_s": grace_s,
-                  "poweroff": bool(caps.power_off_stops_billing) and policy != "keep",
-                  "release_at": lease.release_at.isoformat() if lease and lease.release_at else None}
-        await self._json(inst, "when-done", input=json.dumps(remote))
+        on_instance = {"policy": policy, "grace_s": grace_s,
+                       "poweroff": bool(caps.power_off_stops_billing) and policy != "keep",
+                       "release_at": (lease.release_at.isoformat()
+                                      if lease and lease.release_at else None)}
+        await self._json(inst, "when-done", input=json.dumps(on_instance))
         save_when_done(self.services, inst.id, rec)
         self.store.emit(LeaseChanged(inst.id))  # Home shows it beside the timer
         return rec

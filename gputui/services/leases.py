@@ -377,8 +377,8 @@ class LeaseService:
         """The user chose power-off rather than release at the deadline (AutoDL:
         `[providers.autodl] at_deadline = "stop"`); billing is by power state there."""
         provider = self.services.providers.get(inst.provider)
-        return getattr(provider, "at_deadline", "release") == "stop" and \
-            provider.capabilities.stop_start
+        return (provider is not None and provider.at_deadline == "stop"
+                and provider.capabilities.stop_start)
 
     async def _power_off_at_deadline(self, inst: Instance, reason: str,
                                      result: ReapResult) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
@@ -279,3 +280,14 @@ class BudgetDialog(ModalScreen[dict | None]):
             values[key] = amount
         values["release_at_cap"] = self.query_one("#budget-release", Checkbox).value
         self.dismiss(values)
+
+
+def on_answer(act: Callable[[Any], object]) -> Callable[[Any], None]:
+    """A dialog's callback: `act(answer)` when the dialog gave one (a True, a filled form);
+    nothing when it was dismissed. A worker `act` starts runs on its own."""
+
+    def callback(answer: Any) -> None:
+        if answer:
+            act(answer)
+
+    return callback

@@ -16,6 +16,7 @@ from gputui.format import format_money, format_remaining, short_gpu
 from gputui.models import Instance, Lease
 from gputui.store import InstanceChanged, LeaseChanged, LinkChanged
 from gputui.ui.base import BaseScreen, StoreEvent
+from gputui.ui.dialogs import on_answer
 
 EMPTY_HINT = (
     "No instances yet. Press [b]n[/b] to rent one (the sandbox needs no account), "
@@ -278,7 +279,7 @@ class HomeScreen(BaseScreen):
         self.app.push_screen(
             ConfirmScreen(f"Power off [b]{escape(inst.name)}[/b]?\n\nThe GPU charge stops; the disk "
                           "stays (and may still cost). s starts it again.", "Stop", "Keep running"),
-            lambda yes: self.power(inst, "stop") if yes else None)
+            on_answer(lambda _yes: self.power(inst, "stop")))
 
     def action_start(self) -> None:
         inst = self._selected_or_say()

@@ -17,6 +17,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.coordinate import Coordinate
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, RichLog, Static
 
@@ -24,6 +25,7 @@ from gputui.format import format_money
 from gputui.models import Instance
 from gputui.store import InstanceChanged
 from gputui.ui.base import BaseScreen, StoreEvent
+from gputui.ui.dialogs import on_answer
 
 COLUMNS = [
     ("id", "#"),
@@ -264,11 +266,12 @@ class JobsScreen(BaseScreen):
         table = self.query_one(DataTable)
         if not table.row_count or table.cursor_row < 0:
             return None
-        return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key is not None and event.row_key.value != self._log_job:
-            self._select_log(event.row_key.value)
+        key = event.row_key.value if event.row_key is not None else None
+        if key is not None and key != self._log_job:
+            self._select_log(key)
 
     def _select_log(self, job_id: str) -> None:
         self._log_job = job_id
@@ -326,7 +329,7 @@ class JobsScreen(BaseScreen):
             [("gpus", "GPUs (e.g. 0,1; empty: all)", "all"),
              ("name", "Label (for the ledger)", "optional"),
              ("command", "Command (runs in the home folder)", "python train.py --lr 3e-4")]),
-            lambda form: self.add(inst, form) if form else None)
+            on_answer(lambda form: self.add(inst, form)))
 
     @work(group="jobs-act", exit_on_error=False)
     async def add(self, inst: Instance, form: dict[str, str]) -> None:
@@ -354,7 +357,7 @@ class JobsScreen(BaseScreen):
         what = "stop it" if job is not None and job.status == "running" else "drop it"
         self.app.push_screen(ConfirmScreen(f"Cancel job {job_id} on {escape(inst.name)} ({what})?",
                                            "Cancel run", "Keep it"),
-                             lambda yes: self.cancel_run(inst, job_id) if yes else None)
+                             on_answer(lambda _yes: self.cancel_run(inst, job_id)))
 
     @work(group="jobs-act", exit_on_error=False)
     async def cancel_run(self, inst: Instance, job_id: str) -> None:
@@ -389,7 +392,7 @@ class JobsScreen(BaseScreen):
             f"[b]Pull from {escape(inst.name)}[/b] (only what changed)",
             [("remote", "On the instance (inside its home)", "results"),
              ("local", "Here", "./results")]),
-            lambda form: self.pull(inst, *_paths(form)) if form else None)
+            on_answer(lambda form: self.pull(inst, *_paths(form))))
 
     @work(group="jobs-act", exit_on_error=False)
     async def pull(self, inst: Instance, remote: str, local: str) -> None:
@@ -412,8 +415,8 @@ class JobsScreen(BaseScreen):
             [("policy", "release, stop or keep", "release"),
              ("remote", "Pull this home first (empty: nothing)", "results"),
              ("local", "to", "./results")]),
-            lambda form: self.when_done(inst, form, _paths(form) if form.get("remote") else None)
-            if form else None)
+            on_answer(lambda form: self.when_done(
+                inst, form, _paths(form) if form.get("remote") else None)))
 
     @work(group="jobs-act", exit_on_error=False)
     async def when_done(self, inst: Instance, form: dict[str, str],
