@@ -269,6 +269,7 @@ class AutoDLProvider(Provider):
         scheduled_release=False,  # no scheduled-shutdown endpoint exists: none is claimed
         power_off_stops_billing=True,  # billing is by power state
         account=True,
+        tags=True,  # instances carry our id: `find_tagged` finds a lost launch
         spot=False,
         simulated=False,
     )

@@ -62,6 +62,9 @@ def test_full_instance_disk_stops_keeps_partial_and_resumes(gputui_home: Path, t
     iid = json.loads(out.stdout)["id"]
     up = gputui_home / "sandbox" / "instances" / iid / "up"
     up.mkdir()
+    # The instance's machine is the sandbox daemon's: stop it here, so that the next use starts
+    # it inside the private mount namespace below, where its disk is the small tmpfs.
+    assert gputui(gputui_home, "sandbox", "stop").returncode == 0
     src = tmp_path / "big.bin"
     src.write_bytes(bytes(range(256)) * 4096 * 3)  # 3 MiB
     cmd = [*GPUTUI, "push", "r", str(src), "up/big.bin", "--json"]
