@@ -200,3 +200,23 @@ async def test_a_dead_runner_is_started_again_and_its_lost_run_recorded(services
     view = await jobs.wait(inst)  # the next look starts the runner again
     assert view.get(first).status == "lost" and view.get(first).exit_code is None
     assert view.get(second).status == "succeeded"
+
+
+async def test_powered_off_with_results_not_home_is_kept_where_the_provider_cannot_start_it(
+        services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from dataclasses import replace
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("mkdir -p out && echo done > out/r.txt", name="w")])
+    await jobs.set_when_done(inst, "release", pulls=[("out", str(tmp_path / "out"))])
+    await jobs.wait(inst)
+    stopped = await services.stop(inst)  # it powered itself off before the results came home
+    assert stopped.status == InstanceStatus.STOPPED
+    provider = services.provider("sandbox")  # as a provider that cannot start it again
+    monkeypatch.setattr(provider, "capabilities", replace(provider.capabilities, stop_start=False))
+    assert await jobs.finish(stopped, force=True) == "kept"
+    kept = await services.store.get_instance(inst.id)
+    assert kept.status == InstanceStatus.STOPPED  # not released: the results are on its disk
+    assert (root_of(services, inst) / "out" / "r.txt").read_text() == "done\n"
+    assert not (tmp_path / "out").exists()
