@@ -277,7 +277,7 @@ async def test_providers_without_stop_say_so(services: Services):
     inst = await rent(services, count=1)
     ssh = services.provider("ssh")
     assert not ssh.capabilities.stop_start
-    with pytest.raises(ProviderError, match="cannot stop"):
+    with pytest.raises(ProviderError, match="cannot stop and start"):
         await ssh.stop(inst)
-    with pytest.raises(ProviderError, match="cannot start"):
+    with pytest.raises(ProviderError, match="cannot stop and start"):
         await ssh.start(inst)
