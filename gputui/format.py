@@ -9,8 +9,11 @@ import re
 from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 
-__all__ = ["CURRENCY_SYMBOLS", "default_label", "fit_name", "format_gib", "format_money",
-           "format_remaining", "round_money", "short_gpu", "sum_as_shown"]
+from gputui.errors import BadInput
+from gputui.sanitize import has_control
+
+__all__ = ["CURRENCY_SYMBOLS", "check_label", "default_label", "fit_name", "format_gib",
+           "format_money", "format_remaining", "round_money", "short_gpu", "sum_as_shown"]
 
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "CNY": "¥", "GBP": "£"}
 
@@ -107,3 +110,17 @@ def fit_name(name: str, width: int) -> str:
         return name[:max(0, width - 1)] + "…"
     tail = max(4, width // 3)
     return name[:width - 1 - tail] + "…" + name[-tail:]
+
+
+def check_label(text: str, field: str = "--name", limit: int = 64) -> str:
+    """A user label as given, or BadInput naming the field (labels refuse on the way in
+    what `gputui.sanitize` cleans on the way out): no control characters, not
+    empty, at most `limit` characters."""
+    if has_control(text):
+        raise BadInput(f"{field}: control characters are not allowed in a name")
+    stripped = text.strip()
+    if not stripped:
+        raise BadInput(f"{field}: a name cannot be empty")
+    if len(stripped) > limit:
+        raise BadInput(f"{field}: at most {limit} characters")
+    return stripped

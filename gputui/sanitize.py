@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from gputui.errors import BadInput
-
 MAX_TEXT_CHARS = 256
 
 _ESCAPE_RE = re.compile(
@@ -79,16 +77,3 @@ def csv_cell(value: object, limit: int = 4096) -> str:
 def has_control(text: str) -> bool:
     """Whether `text` holds a control or format character (escape, BEL, bidi override...)."""
     return any(not ch.isprintable() and ch != " " for ch in text)
-
-
-def check_label(text: str, field: str = "--name", limit: int = 64) -> str:
-    """A user label as given, or BadInput naming the field: no control characters, not
-    empty, at most `limit` characters."""
-    if has_control(text):
-        raise BadInput(f"{field}: control characters are not allowed in a name")
-    stripped = text.strip()
-    if not stripped:
-        raise BadInput(f"{field}: a name cannot be empty")
-    if len(stripped) > limit:
-        raise BadInput(f"{field}: at most {limit} characters")
-    return stripped

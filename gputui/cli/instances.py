@@ -51,7 +51,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     from gputui.services.views import instance_view
 
     if args.name is not None:
-        from gputui.sanitize import check_label
+        from gputui.format import check_label
 
         args.name = check_label(args.name, "--name")
 
@@ -156,7 +156,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 def cmd_add_ssh(args: argparse.Namespace) -> int:
     from decimal import Decimal, InvalidOperation
 
-    from gputui.sanitize import check_label
+    from gputui.format import check_label
 
     if args.name is not None:
         args.name = check_label(args.name, "--name")

@@ -40,7 +40,8 @@ async def add_ssh_host(
     Nothing is written to the store unless the connection and the GPU check succeed. A password
     is used for this process only and never stored.
     """
-    from gputui.services.leases import LeaseService, default_lease
+    from gputui.services.hub import default_lease
+    from gputui.services.leases import LeaseService
 
     if lease is None:
         lease = default_lease(services.config)

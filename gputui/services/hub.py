@@ -133,6 +133,16 @@ def provider_class(name: str) -> type[Provider]:
     return found
 
 
+def default_lease(config: object, instance_id: str = "pending") -> Lease:
+    """The timer every instance gets unless the user asked otherwise: config.toml's
+    `lease.default_release` from now (checked when the config was read)."""
+    from gputui.config import lease_span
+
+    text = getattr(getattr(config, "lease", None), "default_release", None) or "2h"
+    return Lease(instance_id=instance_id,
+                 release_at=utcnow() + lease_span(text, "config.toml lease.default_release"))
+
+
 def new_instance_id() -> str:
     return uuid.uuid4().hex[:10]
 
@@ -283,8 +293,6 @@ class Services:
             status=InstanceStatus.REQUESTED,
         )
         if lease is None:  # every instance gets a timer: the default one unless told otherwise
-            from gputui.services.leases import default_lease
-
             lease = default_lease(self.config)
         await self.store.put_instance(inst)
         await self.store.put_lease(lease.model_copy(update={"instance_id": inst.id}))
@@ -321,7 +329,7 @@ class Services:
     def check_name_free(self, name: str) -> None:
         """Names are how people and scripts refer to instances: two live ones may not share one.
         A name with a control character (an escape sequence...) is refused."""
-        from gputui.sanitize import check_label
+        from gputui.format import check_label
 
         check_label(name, "name")
         if any(i.name == name for i in self.store.instances_sync(live_only=True)):
@@ -556,8 +564,12 @@ class Services:
                 if attempt + 1 < attempts:
                     await asyncio.sleep(backoff * 2**attempt)
         if last_error:
-            await self.store.update_instance(inst.id, lambda i, m=last_error: i.model_copy(
-                update={"status_detail": f"STILL BILLING — release failed: {m}"}))
+            alarm = f"STILL BILLING — release failed: {last_error}"
+
+            def still_billing(i: Instance, detail: str = alarm) -> Instance:
+                return i.model_copy(update={"status_detail": detail})
+
+            await self.store.update_instance(inst.id, still_billing)
             self.store.notify(f"{inst.name}: STILL BILLING — release failed: {last_error}",
                               "error", bell=True, instance_id=inst.id)
             raise ServiceError(f"{inst.name}: release failed: {last_error}")

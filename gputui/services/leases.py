@@ -79,16 +79,6 @@ def start_watchdog_command(util_pct: float, minutes: float, interval_s: int = 60
             f"else\n{start}fi\n")
 
 
-def default_lease(config: object, instance_id: str = "pending") -> Lease:
-    """The timer every instance gets unless the user asked otherwise: config.toml's
-    `lease.default_release` from now (checked when the config was read)."""
-    from gputui.config import lease_span
-
-    text = getattr(getattr(config, "lease", None), "default_release", None) or "2h"
-    return Lease(instance_id=instance_id,
-                 release_at=utcnow() + lease_span(text, "config.toml lease.default_release"))
-
-
 SWEEP_EVERY_S = 300.0  # the console looks for strays this often; `gputui reap` every run
 
 

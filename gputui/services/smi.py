@@ -94,7 +94,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
     inv = {g.index: g for g in snap.inventory.gpus}
     gpus = []
     for s in snap.samples:
-        d = {k: s.raw(k) for k in _GPU_KEYS}  # out-of-range values as reported (N/A on screen)
+        d: dict[str, Any] = {k: s.raw(k) for k in _GPU_KEYS}  # out-of-range values as reported
         d["out_of_range"] = sorted(s.out_of_range)
         d["timestamp"] = s.timestamp.isoformat() if s.timestamp else None
         g = inv.get(s.index)

@@ -36,7 +36,8 @@ def raw_free(text: str) -> bool:
 
 
 def test_the_sanitiser():
-    from gputui.sanitize import check_label, csv_cell, sanitize
+    from gputui.format import check_label
+    from gputui.sanitize import csv_cell, sanitize
 
     assert sanitize(HOSTILE) == "ex"
     assert sanitize("a\x9b2Jb\u202eevil") == "abevil"
