@@ -45,11 +45,14 @@ def test_a_nohup_job_dies_at_the_power_off_with_no_gputui_running(gputui_home: P
     assert gputui_processes(gputui_home) == []  # nobody is watching
     wait_until(lambda: not _alive(pid), timeout=30, what="the job to die at the power-off")
     assert utcnow() >= off_at
-    # the platform's books closed the running period at the power-off time, on their own
-    rec = PlatformRecord.from_json(json.loads(
-        (gputui_home / "sandbox" / "platform" / f"{item['id']}.json").read_text()))
-    ended = rec.periods[-1][1]
-    assert ended is not None and datetime.fromisoformat(ended) == off_at
+    # the platform's books close the running period at the power-off time, on their own
+    record = gputui_home / "sandbox" / "platform" / f"{item['id']}.json"
+
+    def ended() -> str | None:
+        return PlatformRecord.from_json(json.loads(record.read_text())).periods[-1][1]
+
+    wait_until(lambda: ended() is not None, timeout=30, what="the platform's books to close")
+    assert datetime.fromisoformat(str(ended())) == off_at
     # and the machine answers no more
     assert openssh(gputui_home, port_of(item), "true").returncode != 0
     listed = json.loads(gputui(gputui_home, "instances", "--json").stdout)
