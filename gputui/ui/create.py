@@ -3,7 +3,7 @@ up to the release time shown before anything is rented."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from rich.markup import escape
 from textual import on, work
@@ -12,47 +12,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from gputui.config import parse_duration
 from gputui.format import default_label, format_money, format_remaining
-from gputui.models import Lease, Offer, as_utc
+from gputui.models import Lease, Offer
 from gputui.ui.base import BaseScreen
-from gputui.ui.dialogs import ConfirmScreen
+from gputui.ui.dialogs import ConfirmScreen, parse_release, passed_clock_time
 from gputui.ui.widgets import Note
 
 COUNTS = [1, 2, 4, 8]
-
-
-def parse_release(text: str, now: datetime) -> datetime:
-    """`2h`, `90m`, `1h30m` from now, or a local clock time `18:30` (tomorrow if past: callers
-    ask first, see `passed_clock_time`)."""
-    raw = text.strip()
-    if ":" in raw and len(raw) <= 5:
-        try:
-            hh, mm = (int(x) for x in raw.split(":"))
-            local = now.astimezone().replace(hour=hh, minute=mm, second=0, microsecond=0)
-        except ValueError:
-            raise ValueError(f"{raw!r} is not a clock time (try 18:30)") from None
-        if local <= now:
-            local += timedelta(days=1)
-        return as_utc(local)
-    delta = parse_duration(raw)
-    if delta < timedelta(minutes=1):
-        raise ValueError("the timer must be at least 1 minute")
-    if delta > timedelta(days=366):
-        raise ValueError("the timer must be under a year")
-    return now + delta
-
-
-def passed_clock_time(text: str, at: datetime, now: datetime) -> str | None:
-    """When `text` was a clock time that has already passed today, the sentence that says so and
-    names the day it now means (`None` otherwise): 13:09 typed at 13:10 is a day of billing."""
-    raw = text.strip()
-    if ":" not in raw or at.astimezone().date() == now.astimezone().date():
-        return None
-    local = at.astimezone()
-    return (f"{raw} has passed today (it is {now.astimezone():%H:%M}): that means tomorrow, "
-            f"{local:%a %d %b} {local:%H:%M}, {format_remaining((at - now).total_seconds())} "
-            "from now")
 
 
 class CreateScreen(BaseScreen):

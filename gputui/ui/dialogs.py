@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rich.markup import escape
@@ -15,7 +15,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
+from gputui.config import parse_duration
 from gputui.format import format_remaining
+from gputui.models import as_utc
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -92,7 +94,6 @@ class TimerDialog(ModalScreen[object]):
 
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
-        from gputui.ui.create import parse_release, passed_clock_time
 
         text = event.value.strip().lower()
         error = self.query_one("#timer-error", Static)
@@ -291,3 +292,36 @@ def on_answer(act: Callable[[Any], object]) -> Callable[[Any], None]:
             act(answer)
 
     return callback
+
+
+def parse_release(text: str, now: datetime) -> datetime:
+    """`2h`, `90m`, `1h30m` from now, or a local clock time `18:30` (tomorrow if past: callers
+    ask first, see `passed_clock_time`)."""
+    raw = text.strip()
+    if ":" in raw and len(raw) <= 5:
+        try:
+            hh, mm = (int(x) for x in raw.split(":"))
+            local = now.astimezone().replace(hour=hh, minute=mm, second=0, microsecond=0)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a clock time (try 18:30)") from None
+        if local <= now:
+            local += timedelta(days=1)
+        return as_utc(local)
+    delta = parse_duration(raw)
+    if delta < timedelta(minutes=1):
+        raise ValueError("the timer must be at least 1 minute")
+    if delta > timedelta(days=366):
+        raise ValueError("the timer must be under a year")
+    return now + delta
+
+
+def passed_clock_time(text: str, at: datetime, now: datetime) -> str | None:
+    """When `text` was a clock time that has already passed today, the sentence that says so and
+    names the day it now means (`None` otherwise): 13:09 typed at 13:10 is a day of billing."""
+    raw = text.strip()
+    if ":" not in raw or at.astimezone().date() == now.astimezone().date():
+        return None
+    local = at.astimezone()
+    return (f"{raw} has passed today (it is {now.astimezone():%H:%M}): that means tomorrow, "
+            f"{local:%a %d %b} {local:%H:%M}, {format_remaining((at - now).total_seconds())} "
+            "from now")

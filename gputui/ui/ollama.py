@@ -223,7 +223,7 @@ class OllamaScreen(BaseScreen):
         super().on_mount()
         self._svc, self._owned = self._make_service()
         self._instances: dict[str, Instance] = {}
-        self._options: list[tuple[str, str]] = []
+        self._options: list[tuple[Text, str]] = []
         self._inst: Instance | None = None
         self._status: OllamaStatus | None = None
         self._server_selection: list[int] = []

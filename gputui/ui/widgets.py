@@ -125,7 +125,7 @@ class KeyFooter(Footer):
     def on_resize(self) -> None:
         if getattr(self, "_laid_for", None) != self.size.width:
             self._laid_for = self.size.width
-            self._shown_keys = None
+            self._shown_keys: tuple[tuple[str, str, bool], ...] | None = None
             self.call_after_refresh(self.recompose)
 
     def bindings_changed(self, screen: object) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
 from gputui.format import format_gib
@@ -98,7 +99,7 @@ class Processes(Vertical):
         if not table.row_count or table.cursor_row < 0:
             return None
         try:
-            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         except Exception:  # noqa: BLE001
             return None
         return self.procs.get(key or "")

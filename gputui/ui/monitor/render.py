@@ -235,7 +235,7 @@ def gpu_panel_text(s: GpuSample, history: GpuHistory | None, inv: GpuInventory |
     bar_w = max(10, min(40, (width - 20) // 3))
     val_w = 14
     spark_w = max(0, min(120, width - 5 - bar_w - 1 - val_w - 1))
-    title = Text.assemble((f"GPU {s.index} ", "bold"), short_gpu(s.name or (inv and inv.name)))
+    title = Text.assemble((f"GPU {s.index} ", "bold"), short_gpu(s.name or (inv.name if inv else None)))
     if s.temperature_c is not None:
         title.append(" · ")
         title.append(f"{s.temperature_c:.0f}°C",

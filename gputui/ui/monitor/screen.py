@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
@@ -27,6 +28,7 @@ from gputui.models import BillingRule, GpuInventory, GpuSample, Instance, Instan
 from gputui.services.telemetry import LOCAL_ID, Hint, WatchStatus, step_interval
 from gputui.store import InstanceChanged, LinkChanged, TelemetryChanged
 from gputui.ui.base import BaseScreen, StoreEvent
+from gputui.ui.dialogs import on_answer
 from gputui.ui.livetable import LiveTable
 from gputui.ui.monitor.detail import Detail
 from gputui.ui.monitor.overview import Overview
@@ -169,7 +171,7 @@ class MonitorScreen(BaseScreen):
         svc = self.service
         if svc is not None and svc.is_watching(LOCAL_ID):
             items.insert(0, Instance(id=LOCAL_ID, name="this machine", provider="local",
-                                     gpu="local GPUs", billing=BillingRule(price_per_hour=0),
+                                     gpu="local GPUs", billing=BillingRule(price_per_hour=Decimal(0)),
                                      status=InstanceStatus.RUNNING))
         self.instances = items
 
@@ -304,10 +306,8 @@ class MonitorScreen(BaseScreen):
                     f"[b]{escape(inst.name)}[/b]?")
         if force:
             question += "\n\nKILL cannot be caught: the process ends at once, unsaved work is lost."
-        self.app.push_screen(
-            ConfirmScreen(question, f"Send {sig}", "Keep it"),
-            lambda yes: self._kill(iid, proc.pid, force) if yes else None,
-        )
+        self.app.push_screen(ConfirmScreen(question, f"Send {sig}", "Keep it"),
+                             on_answer(lambda _yes: self._kill(iid, proc.pid, force)))
 
     @work(group="monitor-kill", exit_on_error=False)
     async def _kill(self, iid: str, pid: int, force: bool) -> None:
