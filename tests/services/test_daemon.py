@@ -284,7 +284,7 @@ async def test_daemon_watches_budgets_and_releases_at_the_cap(services):
     finally:
         await daemon.telemetry.close()
     assert services.store.get_instance_sync(inst.id).end_reason == "budget"
-    assert any(n.startswith("Budget: this instance is 100 %") for n in notices), notices
+    assert any(n.startswith("Budget: pricey has cost") for n in notices), notices
     assert any("pricey released: budget cap reached" in n for n in notices), notices
 
 
