@@ -6,6 +6,8 @@ means `shutdown -h now` on the instance. The price and billing rule are the user
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime
 from decimal import Decimal
 
@@ -34,6 +36,12 @@ class SshProvider(Provider):
     label = "ssh (your own host)"
     capabilities = Capabilities(scheduled_release=False, power_off_stops_billing=True,
                                 rentable=False)
+
+    # After the power-off command succeeded, how long the host may keep answering on its SSH
+    # port before the release is doubted (a container whose `shutdown` stops nothing, a host
+    # that ignored it). Real hosts stop listening within seconds of `shutdown -h now`.
+    gone_within_s: float = 120.0
+    gone_poll_s: float = 1.0
 
     def __init__(self, ctx: ProviderContext) -> None:
         self.ctx = ctx
@@ -95,6 +103,43 @@ class SshProvider(Provider):
                 f"{instance.name}: power-off refused ({status}): "
                 f"{err[-1] if err else 'no message'}", retryable=True,
             )
+        # The command said yes; the evidence is the host going away after it.
+        await link.close()
+        if not await self._goes_away(instance.ssh.host, instance.ssh.port):
+            raise ProviderError(
+                f"{instance.name}: the power-off command ran, but the host still answers on "
+                f"port {instance.ssh.port} after {self.gone_within_s:.0f} s", retryable=True,
+            )
+
+    async def _goes_away(self, host: str, port: int) -> bool:
+        """True once the host's SSH port stops answering (refused, or silent), within
+        `gone_within_s`. A server that still greets with its SSH banner is up; one that accepts
+        and closes without a banner (sshd throttling) proves nothing either way, so it is asked
+        again."""
+        deadline = time.monotonic() + self.gone_within_s
+        while True:
+            if not await _ssh_answers(host, port):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(self.gone_poll_s)
 
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
         return False
+
+
+async def _ssh_answers(host: str, port: int, timeout_s: float = 5.0) -> bool:
+    """Whether something on host:port accepts a connection (refused or silent: it does not)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        async with asyncio.timeout(timeout_s):
+            await reader.readline()  # the banner, or EOF from a throttled accept-and-close
+    except (OSError, TimeoutError):
+        pass
+    finally:
+        writer.close()
+    return True

@@ -1,5 +1,6 @@
 """OpenSSH's real sshd on 127.0.0.1 for the drills, its `nvidia-smi` and `shutdown` the sandbox
-shims (shutdown only records the power-off). Skipped where sshd is absent or not root."""
+shims. The shim records the power-off; `go_down_at_power_off` then stops sshd, as a host going
+down would, so a release sees the host go away. Skipped where sshd is absent or not root."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from gputui.sandbox.shims.state import create_instance_dir
+from gputui.sandbox.shims.state import create_instance_dir, power_state
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 needs_sshd = pytest.mark.skipif(
@@ -41,6 +43,20 @@ class SshdHost:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=10)
+
+
+def go_down_at_power_off(host: Path, proc: subprocess.Popen) -> None:
+    """Stop sshd (no more logins, as on a host shutting down) once the shim records the
+    power-off. A daemon thread: it ends with sshd."""
+
+    def watch() -> None:
+        while proc.poll() is None:
+            if power_state(host).is_off:
+                proc.terminate()
+                return
+            time.sleep(0.1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def start_sshd(tmp_path: Path, extra: str = "") -> SshdHost:
@@ -79,4 +95,5 @@ def start_sshd(tmp_path: Path, extra: str = "") -> SshdHost:
         pytest.fail("sshd did not start")
     # that probe connection counted against MaxStartups until sshd noticed it closed
     time.sleep(0.2)
+    go_down_at_power_off(host, proc)
     return SshdHost(port, keys / "client", host, host_key, proc)

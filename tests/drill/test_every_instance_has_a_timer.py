@@ -57,19 +57,19 @@ async def test_create_without_a_lease_still_gets_one(services: Services):
 
 @needs_sshd
 def test_add_ssh_command_timer_or_confirmed_no_timer(gputui_home: Path, tmp_path: Path):
-    host = start_sshd(tmp_path)
     env = run_gputui_env(gputui_home)
-    line = f"ssh -p {host.port} -i {host.key} root@127.0.0.1"
 
-    def add(*extra: str) -> subprocess.CompletedProcess:
+    def add(host, *extra: str) -> subprocess.CompletedProcess:
+        line = f"ssh -p {host.port} -i {host.key} root@127.0.0.1"
         return subprocess.run([*GPUTUI, "add-ssh", line, "--price", "1.10",
                                "--accept-new-host-key", "--json", *extra], env=env,
                               capture_output=True, text=True, timeout=120)
 
+    host = start_sshd(tmp_path)
     try:
-        refused = add("--name", "a", "--no-timer")
+        refused = add(host, "--name", "a", "--no-timer")
         assert refused.returncode == 2 and "--yes" in refused.stderr
-        timed = add("--name", "timed")
+        timed = add(host, "--name", "timed")
         assert timed.returncode == 0, timed.stderr
         view = json.loads(timed.stdout)
         assert view["release_at"] is not None and view["no_timer"] is False
@@ -77,7 +77,12 @@ def test_add_ssh_command_timer_or_confirmed_no_timer(gputui_home: Path, tmp_path
         listed = subprocess.run([*GPUTUI, "release", "timed"], env=env, capture_output=True,
                                 text=True, timeout=120)
         assert listed.returncode == 0, listed.stderr
-        bare = add("--name", "bare", "--no-timer", "--yes", "--gpu", "A100")  # host is off now
+    finally:
+        host.stop()
+    (tmp_path / "second").mkdir()
+    host = start_sshd(tmp_path / "second")  # the first host powered off: another one
+    try:
+        bare = add(host, "--name", "bare", "--no-timer", "--yes", "--gpu", "A100")
         assert bare.returncode == 0, bare.stderr
         view = json.loads(bare.stdout)
         assert view["release_at"] is None and view["no_timer"] is True  # confirmed, and shown

@@ -150,6 +150,29 @@ async def test_sshd_maxstartups_throttling_is_not_a_release(services: Services, 
         host.stop()
 
 
+@needs_sshd
+async def test_a_power_off_that_leaves_the_host_up_is_not_a_release(services: Services,
+                                                                    tmp_path: Path):
+    """`shutdown` said yes (exit 0) but the host keeps answering — a container whose shutdown
+    stops nothing, a host that ignored it: the command running is not evidence enough, the
+    host must go away after it."""
+    host = start_sshd(tmp_path)
+    shutdown = host.host / "bin" / "shutdown"
+    shutdown.write_text("#!/bin/sh\nexit 0\n")  # accepts, powers nothing off
+    shutdown.chmod(0o755)
+    try:
+        services.known_hosts.add("127.0.0.1", host.port, host.host_key)
+        endpoint = SSHEndpoint(host="127.0.0.1", port=host.port, key_path=str(host.key))
+        inst = await _add(services, endpoint, "stays-up")
+        services.provider("ssh").gone_within_s = 1.0
+        with pytest.raises(ServiceError, match="still answers"):
+            await services.release(inst, "manual", attempts=2, backoff=0.01)
+        assert services.store.get_instance_sync(inst.id).status.live  # still billing
+        assert services.store.ledger_sync() == []
+    finally:
+        host.stop()
+
+
 async def test_console_clock_backs_off_a_failing_release(services: Services):
     """The console ticks every second: a release that keeps failing is not retried on every
     tick (each try is already four attempts with backoff), and the instance stays live."""

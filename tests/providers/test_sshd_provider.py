@@ -24,6 +24,7 @@ from gputui.sandbox.shims.state import create_instance_dir, power_state
 from gputui.services.hosts import add_ssh_host
 from gputui.services.hub import ServiceError, Services
 from gputui.store import SessionStore
+from tests.drill.sshd_host import go_down_at_power_off
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 pytestmark = pytest.mark.skipif(
@@ -72,8 +73,10 @@ def sshd(tmp_path: Path):
     else:
         proc.kill()
         pytest.fail("sshd did not start: " + proc.stderr.read().decode()[-500:])
+    go_down_at_power_off(host, proc)
     yield {"port": port, "key": keys / "client", "host": host, "host_key": host_key}
-    proc.terminate()
+    if proc.poll() is None:
+        proc.terminate()
     proc.wait(timeout=10)
 
 
