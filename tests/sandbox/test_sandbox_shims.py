@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import gputui
 from gputui.sandbox.shims import nvidia_smi, state
 from gputui.sandbox.shims.gpu_load import parse_mem
 from gputui.sandbox.shims.shutdown import ShutdownError, parse_time
@@ -228,7 +229,7 @@ def test_shim_import_path_stays_light(inst: Path, env: dict[str, str]) -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('pydantic', 'textual', 'asyncssh', 'httpx', 'urllib3', 'rich')))"
     )
-    e = dict(env, PYTHONPATH=str(Path(state.__file__).resolve().parents[3]))
+    e = dict(env, PYTHONPATH=str(Path(gputui.__file__).resolve().parents[1]))
     res = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True)
     assert res.stdout.strip() == "[]", res.stdout + res.stderr
 
