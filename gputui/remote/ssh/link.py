@@ -1,17 +1,4 @@
-"""One persistent SSH connection per instance, supervised.
-
-`Link` owns a single asyncssh connection (keepalives on, a connect timeout) and a supervisor
-task that notices when it drops, backs off (capped exponential with jitter) and reconnects,
-re-creating local port forwards on the same local port where it can. It reports its state
-through `on_state(LinkState, detail)`: CONNECTING, CONNECTED, RECONNECTING (with the reason),
-FAILED (with the reason; refused logins and host-key problems are never retried), and
-UNKNOWN ("closed") after `close()`.
-
-`LinkPool` keeps one `Link` per instance id, shared by every service.
-
-Nothing here reads the user's ~/.ssh unless asked to: `config`, `agent_path` and `client_keys`
-are explicit parameters. Tests pass `config=None, agent_path=None, client_keys=[key]`.
-"""
+"""`Link`: one supervised, reconnecting SSH connection to one instance (commands, forwards, shells)."""
 
 from __future__ import annotations
 
@@ -40,125 +27,30 @@ from gputui.remote.hostkeys import (
     HostKeyVerifier,
     KnownHosts,
     SSHLayerError,
-    UnknownHostKey,
     fingerprint,
 )
 
-__all__ = [
-    "AuthRefused",
-    "CommandFailed",
-    "CommandTimeout",
-    "ConnectFailed",
-    "HostKeyChanged",
-    "Link",
-    "LinkClosed",
-    "LinkDown",
-    "CommandInterrupted",
-    "LinkPool",
-    "LinkUnreachable",
-    "RunResult",
-    "SSHLayerError",
-    "StateCallback",
-    "UnknownHostKey",
-    "is_retryable",
-]
+from .errors import (
+    AuthRefused,
+    CommandFailed,
+    CommandInterrupted,
+    CommandTimeout,
+    ConnectFailed,
+    LinkClosed,
+    LinkDown,
+    LinkUnreachable,
+    _short,
+    _where,
+    is_retryable,
+)
+from .results import RunResult, _exit_status
+from .stream import LineStream
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gputui.remote.ssh")  # the name it had before the package split
 
 StateCallback = Callable[[LinkState, "str | None"], "Awaitable[None] | None"]
 _Default = tuple[()]  # asyncssh's "use the default" marker is the empty tuple ()
 
-
-# -- errors ---------------------------------------------------------------------------------
-class LinkUnreachable(SSHLayerError):
-    """Nothing answered (refused, no route, DNS, or no SSH handshake within the timeout)."""
-
-
-class AuthRefused(SSHLayerError):
-    """The server refused the login. Not retried."""
-
-
-class ConnectFailed(SSHLayerError):
-    """Another failure while connecting (key file unreadable, protocol error...)."""
-
-    def __init__(self, message: str, *, retryable: bool = False):
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class LinkDown(SSHLayerError):
-    """The connection dropped while an operation was using it."""
-
-
-class CommandInterrupted(LinkDown):
-    """The connection dropped after the remote command had started (the channel was open and
-    the command was running): for `shutdown -h now`, the host going away under us."""
-
-
-class LinkClosed(SSHLayerError):
-    """The link was closed with `close()`."""
-
-
-class CommandTimeout(SSHLayerError):
-    def __init__(self, cmd: str, timeout: float, partial: RunResult | None = None):
-        self.cmd = cmd
-        self.timeout = timeout
-        self.partial = partial
-        super().__init__(f"command did not finish within {timeout:g} s: {_short(cmd)}")
-
-
-class CommandFailed(SSHLayerError):
-    """A streamed command ended with a non-zero status."""
-
-    def __init__(self, cmd: str, exit_status: int, stderr: str):
-        self.cmd = cmd
-        self.exit_status = exit_status
-        self.stderr = stderr
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no error output"
-        super().__init__(f"{_short(cmd)} exited with status {exit_status}: {last}")
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """Whether the supervisor should keep trying after `exc` (network trouble: yes;
-    refused login, host-key problems, bad key files: no)."""
-    if isinstance(exc, (AuthRefused, UnknownHostKey, HostKeyChanged, HostKeyRejected, LinkClosed)):
-        return False
-    if isinstance(exc, ConnectFailed):
-        return exc.retryable
-    return True
-
-
-def _short(cmd: str, limit: int = 60) -> str:
-    cmd = " ".join(cmd.split())
-    return cmd if len(cmd) <= limit else cmd[: limit - 1] + "…"
-
-
-def _where(ep: SSHEndpoint) -> str:
-    host = f"[{ep.host}]" if ":" in ep.host else ep.host
-    return f"{ep.user}@{host}:{ep.port}"
-
-
-# -- results --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RunResult:
-    exit_status: int  # 128+N when killed by signal N (as a shell reports it), -1 if unknown
-    stdout: str
-    stderr: str
-    signal: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_status == 0
-
-
-def _exit_status(exit_status: int | None, exit_signal: Any) -> tuple[int, str | None]:
-    if exit_status is not None and exit_status >= 0:
-        return exit_status, None
-    if exit_signal:
-        name = exit_signal[0] if isinstance(exit_signal, tuple) else str(exit_signal)
-        signum = getattr(_signal, f"SIG{name}", None)
-        return (128 + int(signum) if signum is not None else -1), name
-    return -1, None
 
 
 # -- the client side of one attempt ----------------------------------------------------------
@@ -783,107 +675,3 @@ class Link:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-class LineStream:
-    """What `Link.stream_lines` returns: an async iterator of lines that is also an async
-    context manager (leaving it stops the remote command at once)."""
-
-    def __init__(self, gen: AsyncIterator[str]):
-        self._gen = gen
-
-    def __aiter__(self) -> LineStream:
-        return self
-
-    async def __anext__(self) -> str:
-        return await self._gen.__anext__()
-
-    async def aclose(self) -> None:
-        aclose = getattr(self._gen, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-    async def __aenter__(self) -> LineStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class LinkPool:
-    """One Link per instance id, shared by every service.
-
-    `link_options` are defaults for every Link (known_hosts is required); `on_state` gets
-    (instance_id, state, detail) so one store callback serves every link.
-    """
-
-    def __init__(
-        self,
-        *,
-        known_hosts: KnownHosts,
-        on_state: Callable[[str, LinkState, str | None], Awaitable[None] | None] | None = None,
-        **link_options: Any,
-    ):
-        self.known_hosts = known_hosts
-        self._on_state = on_state
-        self._options = link_options
-        self._links: dict[str, Link] = {}
-        self._retiring: set[asyncio.Task[None]] = set()
-
-    def get(self, instance_id: str, endpoint: SSHEndpoint, **options: Any) -> Link:
-        """The instance's Link (created on first use; not connected until used). A changed
-        endpoint (host, port, user, key) replaces the old link."""
-        link = self._links.get(instance_id)
-        if link is not None and not link.closed and link.endpoint == endpoint:
-            if options.get("password") is not None:
-                link.set_password(options["password"])
-            if options.get("accept_new_host_key"):
-                link.accept_new_host_key = True
-            return link
-        if link is not None:
-            self._retire(link)
-        merged = {**self._options, **options}
-        if self._on_state is not None and "on_state" not in options:
-            merged["on_state"] = self._bind(instance_id)
-        link = Link(endpoint, known_hosts=self.known_hosts, name=instance_id, **merged)
-        self._links[instance_id] = link
-        return link
-
-    def peek(self, instance_id: str) -> Link | None:
-        return self._links.get(instance_id)
-
-    def _bind(self, instance_id: str) -> StateCallback:
-        cb = self._on_state
-        assert cb is not None
-
-        def _on_state(state: LinkState, detail: str | None) -> Awaitable[None] | None:
-            return cb(instance_id, state, detail)
-
-        return _on_state
-
-    def _retire(self, link: Link) -> None:
-        task = asyncio.ensure_future(link.close())
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-
-    async def close(self, instance_id: str) -> None:
-        link = self._links.pop(instance_id, None)
-        if link is not None:
-            await link.close()
-
-    async def close_all(self) -> None:
-        links, self._links = list(self._links.values()), {}
-        await asyncio.gather(*(link.close() for link in links), return_exceptions=True)
-        if self._retiring:
-            await asyncio.gather(*list(self._retiring), return_exceptions=True)
-
-    def __contains__(self, instance_id: object) -> bool:
-        return instance_id in self._links
-
-    def __len__(self) -> int:
-        return len(self._links)
