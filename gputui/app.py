@@ -22,7 +22,7 @@ from gputui.config import Config, config_dir, ensure_state_dir, set_theme, state
 from gputui.format import sum_as_shown
 from gputui.models import Instance, utcnow
 from gputui.services.hub import Services
-from gputui.services.leases import LeaseService
+from gputui.services.leases import LeaseService, session_leases
 from gputui.store import InstanceChanged, Notice, SessionStore
 from gputui.ui.base import BaseScreen
 from gputui.ui.help import HelpScreen
@@ -81,8 +81,7 @@ class GpuTuiApp(App[int]):
             ensure_state_dir()
             store = SessionStore(state_path())
         self.store = store
-        self.services = services or Services(store, self.config)
-        self.leases = LeaseService(self.services)
+        self.services = services or Services(store, self.config)  # the session: owns services
         self.focus_instance: str | None = None  # set by Home's Enter, read by the Monitor
         self._closed = False
         self._background = background  # tests of pure layout turn the lease clock off
@@ -188,11 +187,17 @@ class GpuTuiApp(App[int]):
             await asyncio.sleep(1.0)
 
     @cached_property
-    def telemetry(self) -> TelemetryService:
-        """The live GPU streams (made when first needed: no instance, no cost at start-up)."""
-        from gputui.services.telemetry import TelemetryService
+    def leases(self) -> LeaseService:
+        """The session's lease service (the session makes it once and closes it)."""
+        return session_leases(self.services)
 
-        return TelemetryService(self.services, self.store)
+    @cached_property
+    def telemetry(self) -> TelemetryService:
+        """The session's live GPU streams (made when first needed, on the App's loop: no
+        instance, no cost at start-up; the session closes them, before its links)."""
+        from gputui.services.telemetry import session_telemetry
+
+        return session_telemetry(self.services)
 
     async def on_unmount(self) -> None:
         if self._closed:  # subclasses may call this again; once is enough
@@ -200,9 +205,7 @@ class GpuTuiApp(App[int]):
         self._closed = True
         if self._unsubscribe is not None:
             self._unsubscribe()
-        if "telemetry" in self.__dict__:
-            await self.telemetry.close()
-        await self.services.close()
+        await self.services.close()  # its services too (telemetry, leases), then its links
 
     def _save_theme(self, name: str) -> None:
         self.config.ui.theme = name

@@ -114,6 +114,11 @@ class LeaseService:
 
         return BudgetWatch()
 
+    async def close(self) -> None:
+        """Nothing to let go of (it holds no task or connection); here so the session can own
+        it like its other services."""
+
+
     # -- arming ---------------------------------------------------------------------------------
 
     def _layers(self, inst: Instance, lease: Lease) -> tuple[bool, bool]:
@@ -455,3 +460,9 @@ class LeaseService:
         """Headless: refresh every live instance, release what is overdue, and terminate any
         instance launched for a record that was written off. Idempotent."""
         return await self.tick(now, refresh=True)
+
+
+def session_leases(services: Services) -> LeaseService:
+    """The session's one LeaseService (made on first use, closed with the session): the
+    console's lease clock and its screens share it."""
+    return services.attached(LeaseService, LeaseService)

@@ -47,6 +47,7 @@ from gputui.services.telemetry.stream import (
     KillResult,
     TelemetryService,
     WatchStatus,
+    session_telemetry,
 )
 from gputui.services.telemetry.stream import (
     _Watch as _Watch,  # the tests read it
@@ -67,6 +68,7 @@ __all__ = [
     "evaluate_hints",
     "parse_gpu_selection",
     "read_processes",
+    "session_telemetry",
     "ssh_diagnosis",
     "step_interval",
 ]

@@ -721,3 +721,9 @@ class TelemetryService:
             await asyncio.sleep(0.1)
         self.refresh_processes(LOCAL_ID)
         return KillResult(pid, sig, True, False, f"PID {pid} is still running after {sig}")
+
+
+def session_telemetry(services: Services) -> TelemetryService:
+    """The session's one TelemetryService (made on first use, on the caller's loop; closed
+    with the session, before its links): streams outlive screens."""
+    return services.attached(TelemetryService, lambda s: TelemetryService(s, s.store))
