@@ -314,9 +314,9 @@ class JobService:
             save_when_done(self.services, inst.id, rec)
         if out.get("poweroff_cancelled"):
             # the runner cancelled the power-off it had scheduled: the lease's own comes back
-            from gputui.services.leases import LeaseService
+            from gputui.services.arming import LeaseArmer
 
-            await LeaseService(self.services).arm(inst)
+            await LeaseArmer(self.services).arm(inst)
         return [str(i) for i in out.get("ids", [])]
 
     async def view(self, inst: Instance) -> QueueView:
@@ -570,10 +570,10 @@ class JobService:
         if rec.pending_pull and inst.status == InstanceStatus.RUNNING:
             # a long pull must not be cut by the queue-end power-off: the lease's own timer
             # replaces it again (re-arming cancels a pending shutdown and schedules the timer's)
-            from gputui.services.leases import LeaseService
+            from gputui.services.arming import LeaseArmer
 
             with contextlib.suppress(ServiceError):
-                await LeaseService(self.services).arm(inst)
+                await LeaseArmer(self.services).arm(inst)
         if rec.pending_pull:
             try:
                 await self.pull_results(inst, rec)

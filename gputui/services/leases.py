@@ -15,7 +15,6 @@ store's once-only ledger write makes every path safe to run at the same time as 
 from __future__ import annotations
 
 import math
-import shlex
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,60 +22,20 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from gputui.models import EndReason, Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
+from gputui.services.arming import (  # noqa: F401 - re-exported: where they always were
+    WATCHDOG_FILE,
+    WATCHDOG_PID,
+    LeaseArmer,
+    shutdown_command,
+    start_watchdog_command,
+    watchdog_script,
+)
 from gputui.services.hub import InvalidRequest, ServiceError, Services
 
 if TYPE_CHECKING:
     from gputui.services.costs import BudgetWatch
 
 WARN_MINUTES = (10, 1)
-WATCHDOG_FILE = ".gputui-idle-watchdog.sh"
-WATCHDOG_PID = ".gputui-idle-watchdog.pid"
-
-
-def shutdown_command(release_at: datetime, now: datetime | None = None) -> str:
-    """`shutdown -h +N`, N whole minutes rounded up (never before the deadline)."""
-    seconds = (as_utc(release_at) - as_utc(now or utcnow())).total_seconds()
-    minutes = max(1, math.ceil(seconds / 60))
-    return f"shutdown -h +{minutes}"
-
-
-def watchdog_script(util_pct: float, minutes: float, interval_s: int = 60) -> str:
-    """A POSIX sh loop: power off once every GPU has stayed under `util_pct` for `minutes`."""
-    util = shlex.quote(f"{util_pct:g}")
-    need = max(1, math.ceil(minutes * 60 / interval_s))
-    return (
-        "#!/bin/sh\n"
-        "# gputui idle release: powers off after the GPUs stay idle (started over SSH).\n"
-        f"limit={util}; need={need}; idle=0\n"
-        "while :; do\n"
-        f"  sleep {interval_s}\n"
-        "  busy=$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null"
-        " | awk -v l=\"$limit\" '$1+0 >= l+0 {b=1} END {print b+0}')\n"
-        "  if [ \"$busy\" = 0 ]; then idle=$((idle+1)); else idle=0; fi\n"
-        "  if [ \"$idle\" -ge \"$need\" ]; then\n"
-        "    date -u +%Y-%m-%dT%H:%M:%SZ > .gputui-idle-released\n"
-        "    shutdown -h now; exit 0\n"
-        "  fi\n"
-        "done\n"
-    )
-
-
-def start_watchdog_command(util_pct: float, minutes: float, interval_s: int = 60,
-                           *, keep_running: bool = False) -> str:
-    """(Re)start the idle watchdog. `keep_running`: leave one that is alive as it is (its idle
-    count goes on) and start it only if it is gone — how a crash or a reboot is repaired."""
-    script = watchdog_script(util_pct, minutes, interval_s)
-    start = (
-        f"cat > {WATCHDOG_FILE} <<'GPUTUI_EOF'\n{script}GPUTUI_EOF\n"
-        f"chmod 700 {WATCHDOG_FILE}\n"
-        f"[ -f {WATCHDOG_PID} ] && kill \"$(cat {WATCHDOG_PID})\" 2>/dev/null\n"
-        f"nohup sh ./{WATCHDOG_FILE} >/dev/null 2>&1 </dev/null &\n"
-        f"echo $! > {WATCHDOG_PID}\n"
-    )
-    if not keep_running:
-        return start
-    return (f"if [ -f {WATCHDOG_PID} ] && kill -0 \"$(cat {WATCHDOG_PID})\" 2>/dev/null; then :; "
-            f"else\n{start}fi\n")
 
 
 SWEEP_EVERY_S = 300.0  # the console looks for strays this often; `gputui reap` every run
@@ -89,14 +48,15 @@ class ReapResult:
     errors: list[str]
 
 
-class LeaseService:
+class LeaseService(LeaseArmer):
+    """The lease clock: warnings, releases at the deadline and when idle, budgets, strays."""
+
     def __init__(self, services: Services, warn_minutes: tuple[int, ...] | None = None,
                  *, idle_interval_s: int = 60) -> None:
         if warn_minutes is None:  # config.toml's lease.warn_minutes (checked when read)
             configured = getattr(getattr(services.config, "lease", None), "warn_minutes", None)
             warn_minutes = tuple(configured) if configured else WARN_MINUTES
-        self.services = services
-        self.idle_interval_s = idle_interval_s
+        super().__init__(services, idle_interval_s=idle_interval_s)
         self._swept: float | None = None  # when written-off records were last checked
         self._idle_since: dict[str, datetime] = {}
         self._wipe_warned: set[str] = set()  # stopped instances already warned of their wipe
@@ -118,88 +78,6 @@ class LeaseService:
         """Nothing to let go of (it holds no task or connection); here so the session can own
         it like its other services."""
 
-
-    # -- arming ---------------------------------------------------------------------------------
-
-    def _layers(self, inst: Instance, lease: Lease) -> tuple[bool, bool]:
-        """Which layers this lease names for this instance: (on the instance, at the provider)."""
-        caps = self.services.provider(inst.provider).capabilities
-        wants_timer = lease.release_at is not None
-        return caps.power_off_stops_billing and wants_timer, caps.scheduled_release and wants_timer
-
-    def _missing(self, inst: Instance, lease: Lease) -> bool:
-        """A layer the lease names is not armed for its current deadline (a crash in between,
-        a host that was unreachable when it was armed)."""
-        if lease.armed_for != lease.release_at:
-            return True
-        on_instance, at_provider = self._layers(inst, lease)
-        return (on_instance and not lease.on_instance_armed) or (
-            at_provider and not lease.provider_armed)
-
-    async def arm(self, inst: Instance, *, verify: bool = False) -> Lease | None:
-        """Set up layers 1 and 2 for the instance's lease. Failures are reported, not fatal:
-        layer 3 still holds, and the lease says which layers are armed (so they are retried).
-
-        `verify`: after a crash or a restart, re-establish every layer the lease names whatever
-        the lease says (a reboot clears a scheduled shutdown), leaving a live idle watchdog as
-        it is. Arming is idempotent: `shutdown -c` then `shutdown -h +N`."""
-        lease = await self.store.get_lease(inst.id)
-        if lease is None or lease.state != LeaseState.ACTIVE:
-            return lease
-        provider = self.services.provider(inst.provider)
-        on_instance = False
-        problems: list[str] = []
-        if provider.capabilities.power_off_stops_billing:
-            try:  # the provider makes the instance reachable first (its endpoint may be new)
-                on_instance = await self._arm_on_instance(
-                    inst, lease, keep_watchdog=verify,
-                    keep_schedule=verify and not self._missing(inst, lease))
-            except ServiceError as exc:
-                problems.append(f"on-instance timer: {exc}")
-        provider_armed = False
-        if provider.capabilities.scheduled_release:
-            try:
-                provider_armed = await provider.schedule_release(inst, lease.release_at)
-            except Exception as exc:  # the provider's own words, one line
-                problems.append(f"provider schedule: {exc}")
-        armed_for = lease.release_at
-
-        def armed(le: Lease) -> Lease:
-            return le.model_copy(update={
-                "on_instance_armed": on_instance and le.release_at is not None,
-                "provider_armed": provider_armed and le.release_at is not None,
-                "armed_for": armed_for,
-            })
-
-        lease = await self.store.update_lease(inst.id, armed)
-        for problem in problems:
-            self.store.notify(f"{inst.name}: {problem} (the console still releases it on time)",
-                              "warning", instance_id=inst.id)
-        return lease
-
-    async def _arm_on_instance(self, inst: Instance, lease: Lease, *,
-                               keep_watchdog: bool = False, keep_schedule: bool = False) -> bool:
-        """`keep_schedule`: the lease says this deadline was armed; check that the host still
-        has a shutdown scheduled (`shutdown --show`) and schedule it again only if not (a
-        reboot clears it), so a periodic `gputui reap` does not cancel and re-schedule — and
-        wall-message the host's users — every time."""
-        commands = ["shutdown -c >/dev/null 2>&1 || true"]
-        if lease.release_at is not None:
-            commands.append(shutdown_command(lease.release_at))
-            if keep_schedule:
-                commands = ["if shutdown --show 2>&1 | grep -qi 'scheduled for'; then :; else",
-                            *commands, "fi"]
-        elif keep_schedule:
-            commands = []
-        if lease.idle_util_pct is not None and lease.idle_minutes:
-            commands.append(start_watchdog_command(lease.idle_util_pct, lease.idle_minutes,
-                                                   self.idle_interval_s,
-                                                   keep_running=keep_watchdog))
-        result = await self.services.run(inst, "\n".join(commands) or "true", timeout=30)
-        if result.exit_status != 0:
-            err = (result.stderr or result.stdout).strip().splitlines()
-            raise ServiceError(err[-1] if err else f"exit {result.exit_status}")
-        return True
 
     # -- changing ---------------------------------------------------------------------------------
 
