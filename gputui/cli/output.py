@@ -85,8 +85,9 @@ def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
     termination that happened while nothing ran). Providers that need the network are not
     asked here; `gputui reap` does the full round."""
     if store.read_only is not None:  # nothing can be saved: show the state as last saved
-        print(f"gputui: {store.path}: {store.read_only}; showing the state as last saved "
-              "(changes are refused until there is room)", file=sys.stderr)
+        print(f"gputui: {store.path}: {store.read_only}; "
+              + _("showing the state as last saved (changes are refused until there is room)"),
+              file=sys.stderr)
         return
     live = store.instances_sync(live_only=True)
     if not live:
