@@ -245,8 +245,8 @@ def test_every_diagnosis_reads_in_the_guides_vocabulary():
 
 def test_doctor_checklist_in_chinese_and_its_json_in_english():
 
+    from gputui.cli import smi_report as smi
     from gputui.i18n import set_language
-    from gputui.services import smi
     from gputui.services.smi import Facts, evaluate_checks
 
     broken = Facts("box", remote=True, smi_path="/usr/bin/nvidia-smi", smi_rc=255,
