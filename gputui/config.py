@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gputui.errors import BadInput
+from gputui.i18n import _, ngettext
 
 APP_NAME = "gputui"
 CONFIG_NAME = "config.toml"
@@ -70,17 +71,19 @@ def parse_duration(text: str) -> timedelta:
     duration or is too long to be one (it never overflows)."""
     raw = text.strip()
     if not raw:
-        raise ValueError("empty duration")
+        raise ValueError(_("empty duration"))
     try:
         if re.fullmatch(r"\d+(\.\d+)?", raw):
             return timedelta(minutes=float(raw))
         m = _DURATION.match(raw)
         if not m or not any(m.groups()):
-            raise ValueError(f"{text!r} is not a duration (try 2h, 90m, 1h30m)")
+            raise ValueError(_("{value} is not a duration (try 2h, 90m, 1h30m)").format(
+                value=repr(text)))
         d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
         return timedelta(days=d, hours=h, minutes=mi, seconds=s)
     except OverflowError:
-        raise ValueError(f"{text!r} is far too long (at most {MAX_LEASE.days} days)") from None
+        raise ValueError(_("{value} is far too long (at most {days} days)").format(
+            value=repr(text), days=MAX_LEASE.days)) from None
 
 
 # -- limits: one set, checked at every entry point (flags, config.toml, the console's forms) ------
@@ -97,15 +100,18 @@ def lease_span(text: str, field: str) -> timedelta:
     try:
         delta = parse_duration(text)
     except ValueError as exc:
-        raise BadInput(f"{field}: {exc}") from None
+        raise BadInput(_("{field}: {problem}").format(field=field, problem=exc)) from None
     check_lease_span(delta, field, text)
     return delta
 
 
 def check_lease_span(delta: timedelta, field: str, text: str | None = None) -> None:
     if not MIN_LEASE <= delta <= MAX_LEASE:
-        said = f"{text!r} " if text is not None else ""
-        raise BadInput(f"{field}: {said}must be between 1 second and a year ({MAX_LEASE.days} days)")
+        if text is not None:
+            raise BadInput(_("{field}: {value} must be between 1 second and a year ({days} "
+                             "days)").format(field=field, value=repr(text), days=MAX_LEASE.days))
+        raise BadInput(_("{field}: must be between 1 second and a year ({days} days)").format(
+            field=field, days=MAX_LEASE.days))
 
 
 def check_release_at(at: datetime, field: str, now: datetime | None = None) -> datetime:
@@ -115,10 +121,10 @@ def check_release_at(at: datetime, field: str, now: datetime | None = None) -> d
     now = as_utc(now or utcnow())
     at = as_utc(at)
     if at <= now:
-        raise BadInput(f"{field}: the release time is in the past")
+        raise BadInput(_("{field}: the release time is in the past").format(field=field))
     if at - now > MAX_LEASE:
-        raise BadInput(f"{field}: the release time is more than a year away "
-                       f"(at most {MAX_LEASE.days} days)")
+        raise BadInput(_("{field}: the release time is more than a year away (at most {days} "
+                         "days)").format(field=field, days=MAX_LEASE.days))
     return at
 
 
@@ -140,17 +146,19 @@ class LeaseSettings(_Section):
     def _duration(cls, v: str) -> str:
         delta = parse_duration(v)
         if not MIN_LEASE <= delta <= MAX_LEASE:
-            raise ValueError(f"{v!r} must be between 1 second and a year ({MAX_LEASE.days} days)")
+            raise ValueError(_("{value} must be between 1 second and a year ({days} days)").format(
+                value=repr(v), days=MAX_LEASE.days))
         return v
 
     @field_validator("warn_minutes")
     @classmethod
     def _warnings(cls, v: list[int]) -> list[int]:
         if len(v) > 10:
-            raise ValueError("at most 10 warnings")
+            raise ValueError(_("at most 10 warnings"))
         for minutes in v:
             if not 1 <= minutes <= MAX_WARN_MINUTES:
-                raise ValueError(f"{minutes} is not between 1 and {MAX_WARN_MINUTES} minutes")
+                raise ValueError(_("{minutes} is not between 1 and {max} minutes").format(
+                    minutes=minutes, max=MAX_WARN_MINUTES))
         return v
 
 
@@ -249,6 +257,8 @@ class PriceOverride(BaseModel):
 
 
 class Config(_Section):
+    # The interface language; unset: the locale decides (zh_CN... gives Chinese, else English).
+    language: Literal["zh", "en"] | None = None
     ui: UISettings = Field(default_factory=UISettings)
     lease: LeaseSettings = Field(default_factory=LeaseSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
@@ -262,6 +272,7 @@ def default_config() -> Config:
     """The defaults, built without running validators (they are known good): a command that
     finds no config file pays nothing for it."""
     return Config.model_construct(
+        language=None,
         ui=UISettings.model_construct(),
         lease=LeaseSettings.model_construct(),
         budget=BudgetSettings.model_construct(),
@@ -294,13 +305,15 @@ def load_config(path: Path | None = None) -> Config:
     except FileNotFoundError:
         return default_config()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(_("{path}: cannot read: {problem}").format(
+            path=path, problem=exc.strerror or exc)) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
+        raise ConfigError(_("{path}: not UTF-8 text").format(path=path)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(_("{path}: not valid TOML: {problem}").format(
+            path=path, problem=exc)) from None
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
@@ -308,15 +321,18 @@ def load_config(path: Path | None = None) -> Config:
         where = _where(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(f"{path}: key '{where}': {msg}{extra}") from None
+            msg = _("unknown key")
+        more = exc.error_count() - 1
+        extra = ngettext(" (and {n} more problem)", " (and {n} more problems)",
+                         more).format(n=more) if more else ""
+        raise ConfigError(_("{path}: key '{key}': {problem}").format(
+            path=path, key=where, problem=msg) + extra) from None
     if config.providers.lambda_cloud.api_key and _readable_by_others(path):
-        raise ConfigError(f"{path}: key 'providers.lambda.api_key': the file holds an API key "
-                          f"and others can read it; run chmod 600 {path}")
+        raise ConfigError(_("{path}: key 'providers.lambda.api_key': the file holds an API key "
+                            "and others can read it; run chmod 600 {path}").format(path=path))
     if config.providers.autodl.token and _readable_by_others(path):
-        raise ConfigError(f"{path}: key 'providers.autodl.token': the file holds an AutoDL token "
-                          f"and others can read it; run chmod 600 {path}")
+        raise ConfigError(_("{path}: key 'providers.autodl.token': the file holds an AutoDL "
+                            "token and others can read it; run chmod 600 {path}").format(path=path))
     return config
 
 

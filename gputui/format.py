@@ -10,10 +10,12 @@ from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 
 from gputui.errors import BadInput
+from gputui.i18n import N_, _
 from gputui.sanitize import has_control
 
-__all__ = ["CURRENCY_SYMBOLS", "check_label", "default_label", "fit_name", "format_gib",
-           "format_money", "format_remaining", "round_money", "short_gpu", "sum_as_shown"]
+__all__ = ["CURRENCY_SYMBOLS", "check_label", "default_label", "end_reason_text", "fit_name",
+           "format_gib", "format_money", "format_remaining", "round_money", "short_gpu",
+           "status_text", "sum_as_shown"]
 
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "CNY": "¥", "GBP": "£"}
 
@@ -117,10 +119,38 @@ def check_label(text: str, field: str = "--name", limit: int = 64) -> str:
     what `gputui.sanitize` cleans on the way out): no control characters, not
     empty, at most `limit` characters."""
     if has_control(text):
-        raise BadInput(f"{field}: control characters are not allowed in a name")
+        raise BadInput(_("{field}: control characters are not allowed in a name").format(
+            field=field))
     stripped = text.strip()
     if not stripped:
-        raise BadInput(f"{field}: a name cannot be empty")
+        raise BadInput(_("{field}: a name cannot be empty").format(field=field))
     if len(stripped) > limit:
-        raise BadInput(f"{field}: at most {limit} characters")
+        raise BadInput(_("{field}: at most {limit} characters").format(field=field, limit=limit))
     return stripped
+
+
+# Words stored and printed in JSON/CSV as they are, shown to people in their language.
+_STATUS_WORDS = {
+    "requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
+    "stopped": N_("stopped"), "releasing": N_("releasing"), "released": N_("released"),
+    "failed": N_("failed"),
+    # runs (gputui jobs)
+    "queued": N_("queued"), "succeeded": N_("succeeded"), "cancelled": N_("cancelled"),
+    "lost": N_("lost"),
+}
+_END_REASONS = {
+    "timer": N_("timer"), "idle": N_("idle"), "budget": N_("budget cap"),
+    "manual": N_("by hand"), "external": N_("elsewhere"), "failed": N_("failed"),
+}
+
+
+def status_text(status: object) -> str:
+    """An instance status (`running`, `released`...) as a person reads it."""
+    word = str(getattr(status, "value", status))
+    return _(_STATUS_WORDS[word]) if word in _STATUS_WORDS else word
+
+
+def end_reason_text(reason: object) -> str:
+    """Why a ledger entry ended (`timer`, `manual`...) as a person reads it."""
+    word = str(reason or "")
+    return _(_END_REASONS[word]) if word in _END_REASONS else word

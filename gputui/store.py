@@ -26,6 +26,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gputui.errors import GputuiError, NotFound
+from gputui.i18n import _
 from gputui.models import (
     GpuSample,
     Hint,
@@ -522,8 +523,10 @@ class SessionStore:
                 return named[0]
             if len(named) > 1:
                 ids = ", ".join(i.id for i in named)
-                raise InstanceNotFound(f"several instances are named {name_or_id!r}: use an id ({ids})")
-        raise InstanceNotFound(f"no instance named {name_or_id!r} (see `gputui instances`)")
+                raise InstanceNotFound(_("several instances are named {name}: use an id "
+                                         "({ids})").format(name=repr(name_or_id), ids=ids))
+        raise InstanceNotFound(_("no instance named {name} (see `gputui instances`)").format(
+            name=repr(name_or_id)))
 
     # -- leases ----------------------------------------------------------------------------------
 

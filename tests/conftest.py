@@ -17,7 +17,15 @@ FIXTURES = SHARED / "fixtures" / "nvidia-smi"
 def gputui_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path / "gputui-home"
     monkeypatch.setenv("GPUTUI_HOME", str(home))
+    # English unless a test asks for another language (a developer's LANG=zh_CN.UTF-8 would
+    # otherwise change every message the tests read).
+    for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
     yield home
+    from gputui.i18n import set_language
+
+    set_language("en")
     # The simulated cloud this test started (one daemon per GPUTUI_HOME): stop it, then power
     # off the instances it left running, as their folders are going.
     sandbox = home / "sandbox"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gputui.errors import BadInput
+from gputui.i18n import _
 
 
 class CatalogError(BadInput, ValueError):
@@ -13,8 +14,9 @@ class UnknownGpu(CatalogError):
     def __init__(self, query: str, suggestions: list[str] | None = None) -> None:
         self.query = query
         self.suggestions = list(suggestions or [])
-        hint = f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
-        super().__init__(f"unknown GPU {query!r}{hint}")
+        hint = _("; did you mean {names}?").format(names=", ".join(self.suggestions)) \
+            if self.suggestions else ""
+        super().__init__(_("unknown GPU {query}").format(query=repr(query)) + hint)
 
 
 class AmbiguousGpu(CatalogError):
@@ -22,7 +24,8 @@ class AmbiguousGpu(CatalogError):
         self.query = query
         self.candidates = list(candidates)
         super().__init__(
-            f"GPU name {query!r} is ambiguous: it matches {', '.join(self.candidates)}"
+            _("GPU name {query} is ambiguous: it matches {names}").format(
+                query=repr(query), names=", ".join(self.candidates))
         )
 
 

@@ -27,6 +27,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gputui.i18n import _
+
 from .errors import FitError
 from .prices import PriceRow, Quote, cheapest_quote, load_prices
 from .specs import GIB, GpuSpec, load_specs
@@ -272,7 +274,8 @@ def get_model(name: str) -> ModelConfig:
     if model is None:
         known = ", ".join(m.name for m in MODELS.values())
         raise FitError(
-            f"unknown model {name!r}; built in: {known} (or give --params and the shape)"
+            _("unknown model {name}; built in: {known} (or give --params and the shape)").format(
+                name=repr(name), known=known)
         )
     return model
 
@@ -309,10 +312,12 @@ def custom_model(
         ("max_context", max_context),
     ):
         if value is not None and (isinstance(value, bool) or not value > 0):
-            raise FitError(f"{field} must be a positive number (got {value!r})")
+            raise FitError(_("{field} must be a positive number (got {value})").format(
+                field=field, value=repr(value)))
     n = int(params)
     if n < 1_000_000:
-        raise FitError(f"params is the parameter count, e.g. 13e9 for a 13B model (got {params!r})")
+        raise FitError(_("params is the parameter count, e.g. 13e9 for a 13B model (got "
+                         "{value})").format(value=repr(params)))
     guessed: list[str] = []
     if hidden is None:
         guessed.append("hidden")
@@ -482,7 +487,8 @@ def get_precision(name: str) -> Precision:
     key = _PRECISION_ALIASES.get(re.sub(r"[^a-z0-9]+", "", name.lower()))
     if key is None:
         known = ", ".join(p.label for p in PRECISIONS.values())
-        raise FitError(f"unknown precision {name!r}; one of: {known}")
+        raise FitError(_("unknown precision {name}; one of: {known}").format(name=repr(name),
+                                                                             known=known))
     return PRECISIONS[key]
 
 
@@ -518,7 +524,8 @@ def get_job(name: str | Job) -> Job:
         return name
     job = _JOB_ALIASES.get(re.sub(r"[^a-z]+", "", name.lower()))
     if job is None:
-        raise FitError(f"unknown job {name!r}; one of: inference, lora, qlora, full")
+        raise FitError(_("unknown job {name}; one of: inference, lora, qlora, full").format(
+            name=repr(name)))
     return job
 
 

@@ -10,6 +10,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from pydantic import BaseModel, ConfigDict
 
+from gputui.i18n import _
 from gputui.models import Granularity, money
 
 from .errors import CatalogError
@@ -20,25 +21,29 @@ from .specs import GpuSpec
 
 def _hours(hours: float | int | Decimal | str) -> Decimal:
     if isinstance(hours, bool):
-        raise CatalogError(f"hours must be a number (got {hours!r})")
+        raise CatalogError(_("hours must be a number (got {value})").format(value=repr(hours)))
     try:
         h = Decimal(str(hours).strip())
     except Exception:
-        raise CatalogError(f"hours must be a number (got {hours!r})") from None
+        raise CatalogError(_("hours must be a number (got {value})").format(
+            value=repr(hours))) from None
     if not h.is_finite():
-        raise CatalogError(f"hours must be a finite number (got {hours!r})")
+        raise CatalogError(_("hours must be a finite number (got {value})").format(
+            value=repr(hours)))
     if h < 0:
-        raise CatalogError(f"hours must be ≥ 0 (got {hours})")
+        raise CatalogError(_("hours must be ≥ 0 (got {value})").format(value=hours))
     from gputui.config import MAX_JOB_HOURS
 
     if h > MAX_JOB_HOURS:
-        raise CatalogError(f"hours must be at most {MAX_JOB_HOURS} (got {hours})")
+        raise CatalogError(_("hours must be at most {limit} (got {value})").format(
+            limit=MAX_JOB_HOURS, value=hours))
     return h
 
 
 def _gpu_count(count: int) -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise CatalogError(f"GPU count must be a whole number ≥ 1 (got {count!r})")
+        raise CatalogError(_("GPU count must be a whole number ≥ 1 (got {value})").format(
+            value=repr(count)))
     return count
 
 

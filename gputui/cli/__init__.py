@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 from gputui import __version__
 from gputui.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GputuiError, exit_code, one_line
+from gputui.i18n import (
+    _,
+    language_from_argv,
+    language_from_env,
+    normalize_language,
+    set_language,
+    wrap_cells,
+)
 
 # The subjects, in the order `gputui --help` lists their commands.
 SUBJECTS = ("instances", "lifecycle", "jobs", "ollama", "gpus", "costs", "catalog", "config",
@@ -34,29 +44,82 @@ def _run_console(args: argparse.Namespace) -> int:
     return app.return_code or 0
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped by terminal cells: Chinese text is double-width and has no
+    spaces to break at."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return wrap_cells(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in wrap_cells(text, width - len(indent)))
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (and exit code 2), like every other error."""
+    """argparse, but a usage error is one line (and exit code 2), like every other error, and
+    help is wrapped by cells (every subcommand's parser is one of these too)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_BAD_INPUT, _("{prog}: {message} (see {prog} --help)").format(
+            prog=self.prog, message=message) + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="gputui",
-        description="A keyboard-driven console for rented GPUs: choose a card, rent it with a "
-        "release timer, watch its GPUs, manage Ollama models and see what it costs. "
-        "With no command, opens the console.",
+        description=_("A keyboard-driven console for rented GPUs: choose a card, rent it with a "
+                      "release timer, watch its GPUs, manage Ollama models and see what it "
+                      "costs. With no command, opens the console."),
     )
-    p.add_argument("--version", action="version", version=f"gputui {__version__}")
-    p.add_argument("--theme", metavar="NAME", help="console theme (remembered in config)")
+    p.add_argument("--version", action="version", version=f"gputui {__version__}",
+                   help=_("show the version and exit"))
+    p.add_argument("--theme", metavar="NAME", help=_("console theme (remembered in config)"))
+    p.add_argument("--lang", choices=["zh", "en"],
+                   help=_("interface language: zh (Simplified Chinese) or en; default: "
+                          "language in config.toml, else the locale (LANG=zh_CN.UTF-8...)"))
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for subject in SUBJECTS:
         import_module(f"gputui.cli.{subject}").register(sub)
     return p
 
 
+def _configured_language() -> str | None:
+    """`language` in config.toml, read early and leniently: a broken file is reported later by
+    `load_config`, in the language chosen without it. The path is `gputui.config.config_path()`,
+    worked out here without importing pydantic so that `gputui --help` stays fast."""
+    import tomllib
+
+    home = os.environ.get("GPUTUI_HOME")
+    if home:
+        folder = Path(home).expanduser()
+    else:
+        from platformdirs import user_config_path
+
+        folder = user_config_path("gputui")
+    try:
+        data = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    value = data.get("language")
+    return value if isinstance(value, str) else None
+
+
+def choose_language(argv: Sequence[str]) -> str:
+    """Set the interface language for this run: `--lang`, else `language` in config.toml, else
+    the locale (LANGUAGE, LC_ALL, LC_MESSAGES, LANG); English otherwise."""
+    chosen = normalize_language(language_from_argv(argv, ("--theme",)))
+    if chosen is None:
+        chosen = normalize_language(_configured_language())
+    return set_language(chosen or language_from_env())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    choose_language(argv)  # before the parser is built, so that --help is translated
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -80,8 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as exc:  # a bug: one line for the user, the traceback in a log file
         log = _log_crash()
-        print(f"gputui: internal error: {type(exc).__name__}: {exc} (details in {log})",
-              file=sys.stderr)
+        print("gputui: " + _("internal error: {error} (details in {log})").format(
+            error=f"{type(exc).__name__}: {exc}", log=log), file=sys.stderr)
         return EXIT_INTERNAL
 
 
@@ -96,5 +159,5 @@ def _log_crash() -> str:
         with path.open("a", encoding="utf-8") as fh:
             fh.write(traceback.format_exc())
     except OSError:
-        return "nowhere: the state folder is not writable"
+        return _("nowhere: the state folder is not writable")
     return str(path)

@@ -8,6 +8,7 @@ from gputui.cli.output import (
     EXIT_BAD_INPUT,
     CommandError,
 )
+from gputui.i18n import _
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from gputui.cli import catalog_report as svc
 
     if args.model and args.model_opt:
-        raise CommandError("give the model once: MODEL or --model", EXIT_BAD_INPUT)
+        raise CommandError(_("give the model once: MODEL or --model"), EXIT_BAD_INPUT)
     return svc.run_command(
         svc.fit_command, args.config, args.model or args.model_opt, job=args.job,
         precision=args.precision, context=args.context, batch=args.batch, params=args.params,
@@ -37,7 +38,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     from gputui.cli import catalog_report as svc
 
     if args.gpu and args.gpu_opt:
-        raise CommandError("give the GPU once: GPU or --gpu", EXIT_BAD_INPUT)
+        raise CommandError(_("give the GPU once: GPU or --gpu"), EXIT_BAD_INPUT)
     return svc.run_command(
         svc.cost_command, args.config, args.gpu or args.gpu_opt or "", count=args.count,
         hours=args.hours, as_json=args.json,
@@ -46,40 +47,40 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("catalog", help="compare GPUs: specs, dated reference prices, $ per figure")
+    s = sub.add_parser("catalog", help=_("compare GPUs: specs, dated reference prices, $ per figure"))
     s.add_argument("--sort", default="price", metavar="COL",
-                   help="name, vram, price (default), bandwidth, bf16, fp8, usd_per_tflop, "
-                   "usd_per_gb, bw_per_usd, link, tdp, as_of, provider, arch; best first")
-    s.add_argument("--reverse", action="store_true", help="reverse the sort")
-    s.add_argument("--min-vram", type=float, metavar="GB", help="at least this much memory")
-    s.add_argument("--arch", metavar="NAME", help="architecture: ampere, ada, hopper, blackwell…")
-    s.add_argument("--provider", metavar="NAME", help="cards this provider prices (its prices only)")
-    s.add_argument("--interconnect", choices=["nvlink", "pcie"], help="NVLink, or PCIe only")
-    s.add_argument("--json", action="store_true", help="print a JSON list of cards")
+                   help=_("name, vram, price (default), bandwidth, bf16, fp8, usd_per_tflop, "
+                   "usd_per_gb, bw_per_usd, link, tdp, as_of, provider, arch; best first"))
+    s.add_argument("--reverse", action="store_true", help=_("reverse the sort"))
+    s.add_argument("--min-vram", type=float, metavar="GB", help=_("at least this much memory"))
+    s.add_argument("--arch", metavar="NAME", help=_("architecture: ampere, ada, hopper, blackwell…"))
+    s.add_argument("--provider", metavar="NAME", help=_("cards this provider prices (its prices only)"))
+    s.add_argument("--interconnect", choices=["nvlink", "pcie"], help=_("NVLink, or PCIe only"))
+    s.add_argument("--json", action="store_true", help=_("print a JSON list of cards"))
     s.set_defaults(handler=cmd_catalog)
 
-    s = sub.add_parser("fit", help="will a model fit: VRAM breakdown, the cards it fits, cheapest first")
-    s.add_argument("model", nargs="?", help="built-in model: Qwen2.5-0.5B…72B, Llama-3.1-8B/70B")
-    s.add_argument("--model", dest="model_opt", metavar="NAME", help="the same, as an option")
-    s.add_argument("--params", metavar="N", help="or any model by its parameter count: 7e9, 13B")
-    s.add_argument("--layers", type=int, metavar="L", help="with --params: layers")
-    s.add_argument("--kv-heads", type=int, metavar="K", help="with --params: KV heads")
-    s.add_argument("--head-dim", type=int, metavar="D", help="with --params: head dimension")
-    s.add_argument("--heads", type=int, metavar="H", help="with --params: attention heads")
+    s = sub.add_parser("fit", help=_("will a model fit: VRAM breakdown, the cards it fits, cheapest first"))
+    s.add_argument("model", nargs="?", help=_("built-in model: Qwen2.5-0.5B…72B, Llama-3.1-8B/70B"))
+    s.add_argument("--model", dest="model_opt", metavar="NAME", help=_("the same, as an option"))
+    s.add_argument("--params", metavar="N", help=_("or any model by its parameter count: 7e9, 13B"))
+    s.add_argument("--layers", type=int, metavar="L", help=_("with --params: layers"))
+    s.add_argument("--kv-heads", type=int, metavar="K", help=_("with --params: KV heads"))
+    s.add_argument("--head-dim", type=int, metavar="D", help=_("with --params: head dimension"))
+    s.add_argument("--heads", type=int, metavar="H", help=_("with --params: attention heads"))
     s.add_argument("--job", default="inference", metavar="JOB",
-                   help="inference (default), lora, qlora or full (Adam)")
+                   help=_("inference (default), lora, qlora or full (Adam)"))
     s.add_argument("--precision", default="bf16", metavar="P",
-                   help="fp32, bf16 (default), fp16, fp8, int8, int4, nf4, q4_k_m, q5_k_m, q8_0")
-    s.add_argument("--context", type=int, default=4096, metavar="T", help="tokens (default 4096)")
-    s.add_argument("--batch", type=int, default=1, metavar="B", help="sequences (default 1)")
-    s.add_argument("--lora-rank", type=int, metavar="R", help="LoRA rank (default 16)")
-    s.add_argument("--json", action="store_true", help="print total_gb, breakdown, fits as JSON")
+                   help=_("fp32, bf16 (default), fp16, fp8, int8, int4, nf4, q4_k_m, q5_k_m, q8_0"))
+    s.add_argument("--context", type=int, default=4096, metavar="T", help=_("tokens (default 4096)"))
+    s.add_argument("--batch", type=int, default=1, metavar="B", help=_("sequences (default 1)"))
+    s.add_argument("--lora-rank", type=int, metavar="R", help=_("LoRA rank (default 16)"))
+    s.add_argument("--json", action="store_true", help=_("print total_gb, breakdown, fits as JSON"))
     s.set_defaults(handler=cmd_fit)
 
-    s = sub.add_parser("cost", help="estimate before renting: N GPUs for H hours on each provider")
-    s.add_argument("gpu", nargs="?", help="GPU, matched loosely (4090, 'H100 SXM')")
-    s.add_argument("--gpu", dest="gpu_opt", metavar="NAME", help="the same, as an option")
-    s.add_argument("--count", type=int, default=1, help="GPUs (default 1)")
-    s.add_argument("--hours", required=True, help="running time in hours, e.g. 10 or 2.5")
-    s.add_argument("--json", action="store_true", help="print the costs as JSON")
+    s = sub.add_parser("cost", help=_("estimate before renting: N GPUs for H hours on each provider"))
+    s.add_argument("gpu", nargs="?", help=_("GPU, matched loosely (4090, 'H100 SXM')"))
+    s.add_argument("--gpu", dest="gpu_opt", metavar="NAME", help=_("the same, as an option"))
+    s.add_argument("--count", type=int, default=1, help=_("GPUs (default 1)"))
+    s.add_argument("--hours", required=True, help=_("running time in hours, e.g. 10 or 2.5"))
+    s.add_argument("--json", action="store_true", help=_("print the costs as JSON"))
     s.set_defaults(handler=cmd_cost)

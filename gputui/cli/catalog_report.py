@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from gputui.cli.output import print_json
 from gputui.errors import exit_code, one_line
 from gputui.format import short_gpu
+from gputui.i18n import _
 from gputui.services.catalog import (
     COLUMNS,
     DEFAULT_SORT,
@@ -54,7 +55,7 @@ def catalog_command(
         print_json([c.as_dict() for c in cards], out)
         return 0
     if not cards:
-        print("No card matches those filters.", file=out)
+        print(_("No card matches those filters."), file=out)
         return 0
     _print_table(
         [c.label for c in COLUMNS],
@@ -65,8 +66,7 @@ def catalog_command(
     col = get_column(sort)
     arrow = "▼" if col.descending != reverse else "▲"
     print(
-        f"\n{len(cards)} cards, by {col.title} {arrow}. Tensor figures are dense (no sparsity); "
-        f"{PRICE_NOTE}.",
+        _("\n{n_cards} cards, by {title} {arrow}. Tensor figures are dense (no sparsity); {note}.").format(n_cards=len(cards), title=col.title, arrow=arrow, note=PRICE_NOTE),
         file=out,
     )
     return 0
@@ -111,19 +111,18 @@ def fit_command(
         return 0
     e = answer.estimate
     print(
-        f"{e.model} ({e.params / 1e9:.2f} B params) · {e.job.value} · {e.precision} · "
-        f"{e.context:,} tokens × batch {e.batch}",
+        _("{model} ({params:.2f} B params) · {job} · {precision} · {context:,} tokens × batch {batch}").format(model=e.model, params=e.params / 1e9, job=e.job.value, precision=e.precision, context=e.context, batch=e.batch),
         file=out,
     )
-    print(f"Needs {e.total_gb:.1f} GB on one GPU:", file=out)
+    print(_("Needs {total_gb:.1f} GB on one GPU:").format(total_gb=e.total_gb), file=out)
     for part in e.all_parts:
         print(f"  {part.name:<12} {part.gb:>8.2f} GB  {part.assumption}", file=out)
     for note in e.notes:
-        print(f"Note: {note}", file=out)
+        print(_("Note: {note}").format(note=note), file=out)
     print(file=out)
     fitting = answer.fitting
     if not fitting:
-        print("It fits no card of the catalog on up to 8 GPUs.", file=out)
+        print(_("It fits no card of the catalog on up to 8 GPUs."), file=out)
     else:
         _print_table(
             ["GPU", "GPUs", "$/h", "cheapest at", "as of", "GB/GPU", "link", "notes"],
@@ -145,8 +144,8 @@ def fit_command(
         )
     misses = [short_gpu(o.name) for o in answer.options if not o.fits]
     if misses:
-        print(f"\nDoes not fit on 8 GPUs: {', '.join(misses)}", file=out)
-    print(f"\nCheapest first; {PRICE_NOTE}.", file=out)
+        print(_("\nDoes not fit on 8 GPUs: {names}").format(names=", ".join(misses)), file=out)
+    print(_("\nCheapest first; {note}.").format(note=PRICE_NOTE), file=out)
     return 0
 
 
@@ -166,11 +165,10 @@ def cost_command(
     if as_json:
         print_json(answer.as_dict(), out)
         return 0
-    print(f"{answer.count}× {answer.spec.name} for {answer.hours} h", file=out)
+    print(_("{count}× {spec_name} for {hours} h").format(count=answer.count, spec_name=answer.spec.name, hours=answer.hours), file=out)
     if not answer.costs:
         print(
-            f"No reference price for the {answer.spec.name}: add one under [[prices]] in "
-            "config.toml.",
+            _("No reference price for the {spec_name}: add one under [[prices]] in config.toml.").format(spec_name=answer.spec.name),
             file=out,
         )
         return 0
@@ -194,8 +192,8 @@ def cost_command(
         out,
     )
     for b in answer.break_evens:
-        print(f"Break-even: {b.statement}", file=out)
-    print(f"\nCheapest first; {PRICE_NOTE}.", file=out)
+        print(_("Break-even: {statement}").format(statement=b.statement), file=out)
+    print(_("\nCheapest first; {note}.").format(note=PRICE_NOTE), file=out)
     return 0
 
 

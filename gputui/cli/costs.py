@@ -7,11 +7,14 @@ import sys
 from decimal import Decimal
 
 from gputui.cli.output import (
+    end_reason_text,
     open_store,
     print_json,
     refresh_quietly,
     report_unreadable,
+    status_text,
 )
+from gputui.i18n import _, pad_cells, truncate_cells
 
 
 def cmd_costs(args: argparse.Namespace) -> int:
@@ -44,24 +47,27 @@ def cmd_costs(args: argparse.Namespace) -> int:
         return 0
     for t in by_cur.values():
         cur = t.currency
-        print(f"{cur}: now {format_money(t.rate, cur)}/h · live instances "
-              f"{format_money(t.accrued_live, cur)} · today {format_money(t.today, cur)} · "
-              f"this month {format_money(t.month, cur)}")
+        print(_("{currency}: now {rate}/h · live instances {live} · today {today} · this month "
+                "{month}").format(currency=cur, rate=format_money(t.rate, cur),
+                                  live=format_money(t.accrued_live, cur),
+                                  today=format_money(t.today, cur),
+                                  month=format_money(t.month, cur)))
     if combined is not None:
-        print(f"all time, combined: {format_money(combined.amount, combined.currency)} "
-              f"{combined.note}")
+        print(_("all time, combined: {total} {note}").format(
+            total=format_money(combined.amount, combined.currency), note=combined.note))
     for row in rows:
-        state = "running" if row["running"] else row["end_reason"]
-        print(f"  {row['name'][:20]:<20} {row['gpu_count']}× {row['gpu'][:22]:<22} "
-              f"{state:<8} {format_money(Decimal(row['total']), row['currency']):>10}")
+        state = status_text("running") if row["running"] else end_reason_text(row["end_reason"])
+        print(f"  {pad_cells(row['name'], 20)} {row['gpu_count']}× {pad_cells(row['gpu'], 22)} "
+              f"{pad_cells(state, 8)} "
+              f"{format_money(Decimal(row['total']), row['currency']):>10}")
     if store.run_costs_sync():
-        print("runs (queued with `gputui jobs`; part of the costs above): gputui costs --runs")
+        print(_("runs (queued with `gputui jobs`; part of the costs above): gputui costs --runs"))
     return 0
 
 
 def _runs(store, args: argparse.Namespace) -> int:
     """Each queued run's cost: its instance's rate (its share of the GPUs) over its time."""
-    from gputui.format import fit_name, format_money
+    from gputui.format import format_money
     from gputui.nvidia.nvsmi import sanitize
 
     runs = store.run_costs_sync()
@@ -69,24 +75,28 @@ def _runs(store, args: argparse.Namespace) -> int:
         print_json(runs)
         return 0
     if not runs:
-        print("No runs yet: queue some with `gputui jobs NAME add -- CMD`.")
+        print(_("No runs yet: queue some with `gputui jobs NAME add -- CMD`."))
         return 0
-    print(f"{'INSTANCE':<14} {'RUN':<22} {'STATUS':<9} {'EXIT':>4} {'SECONDS':>8} {'COST':>10}")
+    print(" ".join((pad_cells(_("INSTANCE"), 14), pad_cells(_("RUN"), 22),
+                    pad_cells(_("STATUS"), 9), pad_cells(_("EXIT"), 4, ">"),
+                    pad_cells(_("SECONDS"), 8, ">"), pad_cells(_("COST"), 10, ">"))))
     for r in runs:
         code = "-" if r.get("exit_code") is None else str(r["exit_code"])
-        print(f"{fit_name(sanitize(r['instance'], 40), 14):<14} "
-              f"{fit_name(sanitize(r['label'], 60), 22):<22} {r['status']:<9} {code:>4} "
+        print(f"{pad_cells(truncate_cells(sanitize(r['instance'], 40), 14, where='middle'), 14)} "
+              f"{pad_cells(truncate_cells(sanitize(r['label'], 60), 22, where='middle'), 22)} "
+              f"{pad_cells(status_text(r['status']), 9)} {code:>4} "
               f"{r['seconds']:>8.0f} {format_money(Decimal(r['cost']), r['currency']):>10}")
-    print("(each run's cost is part of its instance's cost, not added to it)")
+    print(_("(each run's cost is part of its instance's cost, not added to it)"))
     return 0
 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("costs", help="what you have spent: the ledger, and what is billing now")
+    s = sub.add_parser("costs", help=_("what you have spent: the ledger, and what is billing now"))
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--csv", action="store_true", help="export every entry (and running ones) as CSV")
-    g.add_argument("--json", action="store_true", help="the same as JSON")
+    g.add_argument("--csv", action="store_true",
+                   help=_("export every entry (and running ones) as CSV"))
+    g.add_argument("--json", action="store_true", help=_("the same as JSON"))
     s.add_argument("--runs", action="store_true",
-                   help="each queued run's cost (gputui jobs), with its label")
+                   help=_("each queued run's cost (gputui jobs), with its label"))
     s.set_defaults(handler=cmd_costs)

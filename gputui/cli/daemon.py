@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gputui.cli.output import print_json
+from gputui.i18n import _
 
 if TYPE_CHECKING:
     from gputui.store import Notice
@@ -65,7 +66,8 @@ def _serve(args: argparse.Namespace, *, keep_leases: bool) -> int:
     if not 0.5 <= args.interval <= 10:
         from gputui.errors import BadInput
 
-        raise BadInput(f"--interval: {args.interval:g} s is outside 0.5-10 s")
+        raise BadInput(_("--interval: {interval:g} s is outside 0.5-10 s").format(
+            interval=args.interval))
     state = ensure_state_dir()
     store = open_store()
     lock = None
@@ -93,9 +95,10 @@ def _serve(args: argparse.Namespace, *, keep_leases: bool) -> int:
             daemon = Daemon(services, interval=args.interval, on_notice=notifier,
                             keep_leases=keep_leases)
             live = len(store.instances_sync(live_only=True))
-            what = "keeping the deadlines of" if keep_leases else "watching"
-            print(f"gputui {'daemon' if keep_leases else 'metrics'}: {what} {live} live "
-                  f"instance(s) in {state}" + (f"; metrics on {server.url}" if server else ""),
+            what = (_("keeping the deadlines of {n} live instance(s) in {state}") if keep_leases
+                    else _("watching {n} live instance(s) in {state}")).format(n=live, state=state)
+            where = _("; metrics on {url}").format(url=server.url) if server else ""
+            print(f"gputui {'daemon' if keep_leases else 'metrics'}: {what}{where}",
                   file=sys.stderr, flush=True)
             try:
                 await daemon.run(stop)
@@ -128,11 +131,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             print_json({"kind": done.kind, "path": str(done.path) if done.path else None,
                         "text": done.text, "next": done.next_step})
         elif done.kind == "systemd":
-            print(f"wrote {done.path}")
-            print(f"start it: {done.next_step}")
+            print(_("wrote {path}").format(path=done.path))
+            print(_("start it: {next_step}").format(next_step=done.next_step))
         else:
-            print("systemd is not running here; add this line to your crontab "
-                  "(`crontab -e`) so deadlines hold with the console closed:")
+            print(_("systemd is not running here; add this line to your crontab "
+                    "(`crontab -e`) so deadlines hold with the console closed:"))
             print(done.text)
         return 0
     return _serve(args, keep_leases=True)
@@ -149,27 +152,29 @@ def _status(args: argparse.Namespace) -> int:
         print_json({"running": info is not None, **(info.as_dict() if info else {}),
                     "state_dir": str(state), "cron_line": cron})
     elif info is not None:
-        metrics = f"; metrics on http://{info.metrics}/metrics" if info.metrics else ""
-        print(f"running: pid {info.pid}, since {info.started_at}{metrics} (state {state})")
+        metrics = (_("; metrics on {url}").format(url=f"http://{info.metrics}/metrics")
+                   if info.metrics else "")
+        print(_("running: pid {pid}, since {started_at}{metrics} (state {state})").format(
+            pid=info.pid, started_at=info.started_at, metrics=metrics, state=state))
     else:
-        print(f"not running (state {state})" + (
-            "; a crontab line runs gputui" if cron else
-            "; start one with `gputui daemon`, or `gputui daemon --install`"))
+        print(_("not running (state {state})").format(state=state) + (
+            _("; a crontab line runs gputui") if cron else
+            _("; start one with `gputui daemon`, or `gputui daemon --install`")))
     return 0 if info is not None else EXIT_NOT_RUNNING
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("daemon", help="keep every release deadline in the background "
-                       "(`daemon status`, `daemon --install`)")
+    s = sub.add_parser("daemon", help=_("keep every release deadline in the background "
+                                        "(`daemon status`, `daemon --install`)"))
     s.add_argument("action", nargs="?", choices=["run", "status"], default="run",
-                   help="run (default) or status: is one running?")
+                   help=_("run (default) or status: is one running?"))
     s.add_argument("--metrics", metavar="HOST:PORT",
-                   help="also serve Prometheus metrics here (e.g. 127.0.0.1:9400)")
+                   help=_("also serve Prometheus metrics here (e.g. 127.0.0.1:9400)"))
     s.add_argument("--allow-remote", action="store_true",
-                   help="allow a metrics address other machines can reach")
+                   help=_("allow a metrics address other machines can reach"))
     s.add_argument("--interval", type=float, default=2.0,
-                   help="GPU sampling interval in seconds (0.5-10, default 2)")
+                   help=_("GPU sampling interval in seconds (0.5-10, default 2)"))
     s.add_argument("--install", action="store_true",
-                   help="write a systemd user unit (or print the cron line without systemd)")
-    s.add_argument("--json", action="store_true", help="print JSON (status, --install)")
+                   help=_("write a systemd user unit (or print the cron line without systemd)"))
+    s.add_argument("--json", action="store_true", help=_("print JSON (status, --install)"))
     s.set_defaults(handler=cmd_daemon)

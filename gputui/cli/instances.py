@@ -14,7 +14,9 @@ from gputui.cli.output import (
     refresh_quietly,
     report_unreadable,
     run_async,
+    status_text,
 )
+from gputui.i18n import _, pad_cells
 
 
 def cmd_instances(args: argparse.Namespace) -> int:
@@ -31,16 +33,19 @@ def cmd_instances(args: argparse.Namespace) -> int:
         print_json(views)
         return 0
     if not views:
-        print("No instances. Create one with `gputui create --provider sandbox --gpu 4090`"
-              " or open the console with `gputui`.")
+        print(_("No instances. Create one with `gputui create --provider sandbox --gpu 4090`"
+                " or open the console with `gputui`."))
         return 0
-    print(f"{'NAME':<16} {'PROVIDER':<9} {'GPU':<22} {'STATUS':<9} {'RELEASE IN':<10} {'COST':>9}")
+    print(" ".join((pad_cells(_("NAME"), 16), pad_cells(_("PROVIDER"), 9),
+                    pad_cells(_("GPU"), 22), pad_cells(_("STATUS"), 9),
+                    pad_cells(_("RELEASE IN"), 10), pad_cells(_("COST"), 9, ">"))))
     for inst, v in zip(items, views, strict=True):
         lease = leases.get(inst.id)
         left = format_remaining(lease.remaining()) if lease and inst.status.live else "-"
         gpu = f"{v['gpu_count']}× {v['gpu']}"
-        print(f"{v['name'][:16]:<16} {v['provider'][:9]:<9} {gpu[:22]:<22} {v['status']:<9} "
-              f"{left:<10} {format_money(inst.accrued(), v['currency']):>9}")
+        print(" ".join((pad_cells(v["name"], 16), pad_cells(v["provider"], 9), pad_cells(gpu, 22),
+                        pad_cells(status_text(v["status"]), 9), pad_cells(left, 10),
+                        pad_cells(format_money(inst.accrued(), v["currency"]), 9, ">"))))
     return 0
 
 
@@ -65,17 +70,20 @@ def cmd_create(args: argparse.Namespace) -> int:
             err = exc.errors()[0]
             flag = {"gpu_count": "--count", "disk_gb": "--disk", "name": "--name"}.get(
                 str(err["loc"][0]), f"--{err['loc'][0]}")
-            raise CommandError(f"{flag}: {err['msg'].lower()}", EXIT_BAD_INPUT) from None
+            raise CommandError(_("{flag}: {problem}").format(flag=flag, problem=err["msg"].lower()),
+                               EXIT_BAD_INPUT) from None
         lease = _lease_from_args(args, services)
-        progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr))
+        progress = None if args.json else (lambda m: print(f"  {status_text(m)}", file=sys.stderr))
         inst = await services.create(args.provider, offer, request, lease=lease, progress=progress)
         inst = await _arm_lease(services, inst)
         view = instance_view(inst, services.store.get_lease_sync(inst.id))
         if args.json:
             print_json(view)
         else:
-            print(f"{inst.name}: {inst.gpu_count}× {inst.gpu} on {args.provider}, {view['status']}"
-                  f" — ssh with `gputui ssh {inst.name}`")
+            print(_("{name}: {count}× {gpu} on {provider}, {status} — ssh with "
+                    "`gputui ssh {name}`").format(name=inst.name, count=inst.gpu_count,
+                                                  gpu=inst.gpu, provider=args.provider,
+                                                  status=status_text(view["status"])))
         return 0
 
     return run_async(args, body)
@@ -90,7 +98,7 @@ def cmd_extend(args: argparse.Namespace) -> int:
 
         inst = services.store.find_instance_sync(args.name)
         if not inst.status.live:
-            raise CommandError(f"{inst.name} is {inst.status.value}")
+            raise CommandError(_not_live(inst))
         leases = LeaseService(services)
         if args.to:
             lease = await leases.extend(inst, to=check_release_at(_parse_clock(args.to, "--to"),
@@ -100,8 +108,9 @@ def cmd_extend(args: argparse.Namespace) -> int:
         layers = ["console"] + (["on-instance"] if lease.on_instance_armed else []) + (
             ["provider"] if lease.provider_armed else [])
         at = lease.release_at.astimezone() if lease.release_at else None
-        print(f"{inst.name}: release at {f'{at:%Y-%m-%d %H:%M}' if at else 'no time'} "
-              f"(in {format_remaining(lease.remaining())}; layers: {', '.join(layers)})")
+        print(_("{name}: release at {time} (in {left}; layers: {layers})").format(
+            name=inst.name, time=f"{at:%Y-%m-%d %H:%M}" if at else _("no time"),
+            left=format_remaining(lease.remaining()), layers=_(", ").join(layers)))
         return 0
 
     return run_async(args, body)
@@ -117,9 +126,9 @@ def cmd_reap(args: argparse.Namespace) -> int:
                         "unreadable": list(services.store.unreadable.values())})
         else:
             for name in result.released:
-                print(f"released {name}")
+                print(_("released {name}").format(name=name))
             for err in result.errors:
-                print(f"error: {err}", file=sys.stderr)
+                print(_("error: {problem}").format(problem=err), file=sys.stderr)
         return 1 if result.errors else 0
 
     return run_async(args, body)
@@ -133,7 +142,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     async def body(services) -> int:
         inst = services.store.find_instance_sync(args.name)
         if not inst.status.live:
-            raise CommandError(f"{inst.name} is {inst.status.value}")
+            raise CommandError(_not_live(inst))
         link = await services.link(inst, accept_new_host_key=args.accept_new_host_key)
         from gputui.remote.ssh import SSHLayerError
 
@@ -168,13 +177,14 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
     try:
         endpoint = parse_ssh_line(args.line)
     except ValueError as exc:
-        raise CommandError(f"ssh line: {exc}", EXIT_BAD_INPUT) from None
+        raise CommandError(_("ssh line: {problem}").format(problem=exc), EXIT_BAD_INPUT) from None
     try:
         price = Decimal(args.price)
         if not price.is_finite() or price < 0 or price > 10_000:
             raise InvalidOperation
     except InvalidOperation:
-        raise CommandError(f"--price: {args.price!r} is not an hourly price", EXIT_BAD_INPUT) from None
+        raise CommandError(_("--price: {value} is not an hourly price").format(
+            value=repr(args.price)), EXIT_BAD_INPUT) from None
     if args.password_file:
         import os
 
@@ -184,8 +194,8 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
             raise CommandError(f"--password-file: {exc.strerror}: {args.password_file}",
                                EXIT_BAD_INPUT) from None
         if mode & 0o077:
-            raise CommandError(f"--password-file: others can read {args.password_file}; "
-                               f"run chmod 600 {args.password_file}", EXIT_BAD_INPUT)
+            raise CommandError(_("--password-file: others can read {file}; run chmod 600 "
+                                 "{file}").format(file=args.password_file), EXIT_BAD_INPUT)
         endpoint = endpoint.model_copy(update={"password_file": args.password_file})
 
     async def body(services) -> int:
@@ -203,13 +213,15 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
             from gputui.format import format_remaining
 
             stored = services.store.get_lease_sync(inst.id)
-            timer = ("no release timer (confirmed)" if stored is None or stored.release_at is None
-                     else f"released in {format_remaining(stored.remaining())}"
-                     + ("" if stored.on_instance_armed else " (by gputui; the on-host timer "
-                        "is not armed)"))
-            print(f"added {inst.name}: {inst.gpu_count}× {inst.gpu} at "
-                  f"{inst.billing.price_per_hour}/h ({inst.billing.granularity.value} billing), "
-                  f"{timer}")
+            timer = (_("no release timer (confirmed)")
+                     if stored is None or stored.release_at is None
+                     else _("released in {left}").format(left=format_remaining(stored.remaining()))
+                     + ("" if stored.on_instance_armed else _(" (by gputui; the on-host timer "
+                                                              "is not armed)")))
+            print(_("added {name}: {count}× {gpu} at {price}/h (billed per {per}), {timer}").format(
+                name=inst.name, count=inst.gpu_count, gpu=inst.gpu,
+                price=inst.billing.price_per_hour,
+                per=_granularity(inst.billing.granularity.value), timer=timer))
         return 0
 
     return run_async(args, body)
@@ -222,20 +234,31 @@ def cmd_release(args: argparse.Namespace) -> int:
         if entry is None:
             now = services.store.get_instance_sync(inst.id) or inst
             if now.status.live:  # claimed by the daemon or a console: it finishes the release
-                raise CommandError(f"{inst.name}: another gputui process (the daemon or a "
-                                   "console) is releasing it now")
-            print(f"{inst.name} was already {now.status.value}")
+                raise CommandError(_("{name}: another gputui process (the daemon or a console) "
+                                     "is releasing it now").format(name=inst.name))
+            print(_("{name} was already {status}").format(name=inst.name,
+                                                          status=status_text(now.status)))
             return 0
         if args.json:
             print_json(json.loads(entry.model_dump_json()))
         else:
             from gputui.format import format_money
 
-            print(f"released {inst.name}: "
-                  f"{format_money(entry.compute_cost + entry.storage_cost, entry.currency)} in all")
+            print(_("released {name}: {amount} in all").format(
+                name=inst.name,
+                amount=format_money(entry.compute_cost + entry.storage_cost, entry.currency)))
         return 0
 
     return run_async(args, body)
+
+
+def _not_live(inst) -> str:
+    return _("{name} is {status}").format(name=inst.name, status=status_text(inst.status))
+
+
+def _granularity(per: str) -> str:
+    words = {"second": _("second"), "minute": _("minute"), "hour": _("hour")}
+    return words.get(per, per)
 
 
 def _default_name(gpu: str) -> str:
@@ -252,7 +275,8 @@ def _lease_from_args(args: argparse.Namespace, services):  # -> Lease
     release_at = None
     if args.no_timer:
         if not args.yes:
-            raise CommandError("--no-timer bills until you release it by hand: add --yes to confirm",
+            raise CommandError(_("--no-timer bills until you release it by hand: add --yes to "
+                                 "confirm"),
                                EXIT_BAD_INPUT)
     elif args.release_at:
         release_at = check_release_at(_parse_clock(args.release_at), "--release-at")
@@ -273,14 +297,16 @@ def _parse_idle(text: str) -> tuple[float, float]:
     from gputui.config import MAX_IDLE, parse_duration
 
     try:
-        span, _, pct = text.partition("@")
+        span, _sep, pct = text.partition("@")
         minutes = parse_duration(span).total_seconds() / 60
         util = float(pct.strip().rstrip("%"))
     except ValueError:
-        raise CommandError(f"--idle: {text!r} is not DURATION@PCT% (e.g. 30m@5%)",
+        raise CommandError(_("--idle: {value} is not DURATION@PCT% (e.g. 30m@5%)").format(
+            value=repr(text)),
                            EXIT_BAD_INPUT) from None
     if not (0 < util <= 100) or not (0 < minutes <= MAX_IDLE.total_seconds() / 60):
-        raise CommandError("--idle: utilisation 1-100 % over at most 24 h", EXIT_BAD_INPUT)
+        raise CommandError(_("--idle: the utilisation must be 1-100 %, over at most 24 h"),
+                           EXIT_BAD_INPUT)
     return util, minutes
 
 
@@ -302,10 +328,12 @@ def _parse_clock(text: str, field: str = "--release-at"):  # -> datetime (UTC)
             if at.tzinfo is None:
                 at = at.astimezone()
         if at <= now:
-            raise CommandError(f"{field}: {text!r} is in the past", EXIT_BAD_INPUT)
+            raise CommandError(_("{field}: {value} is in the past").format(
+                field=field, value=repr(text)), EXIT_BAD_INPUT)
         return as_utc(at)
     except (ValueError, OverflowError):  # OverflowError: a time at the end of the calendar
-        raise CommandError(f"{field}: {text!r} is not a time (try 18:30)", EXIT_BAD_INPUT) from None
+        raise CommandError(_("{field}: {value} is not a time (try 18:30)").format(
+            field=field, value=repr(text)), EXIT_BAD_INPUT) from None
 
 
 async def _arm_lease(services, inst):
@@ -320,7 +348,7 @@ def _read_password(args: argparse.Namespace) -> str | None:
         return None
     import getpass
 
-    return getpass.getpass("SSH password (not stored): ")
+    return getpass.getpass(_("SSH password (not stored): "))
 
 
 
@@ -328,62 +356,62 @@ def _timer_flags(s: argparse.ArgumentParser) -> None:
     """The release timer, the same on every command that makes an instance."""
     t = s.add_mutually_exclusive_group()
     t.add_argument("--release-after", metavar="DURATION",
-                   help="auto-release after this long: 2h, 90m (default from config: 2h)")
-    t.add_argument("--release-at", metavar="TIME", help="auto-release at a clock time: 18:30")
-    t.add_argument("--no-timer", action="store_true", help="no auto-release (needs --yes)")
-    s.add_argument("--yes", action="store_true", help="confirm --no-timer")
+                   help=_("auto-release after this long: 2h, 90m (default from config: 2h)"))
+    t.add_argument("--release-at", metavar="TIME", help=_("auto-release at a clock time: 18:30"))
+    t.add_argument("--no-timer", action="store_true", help=_("no auto-release (needs --yes)"))
+    s.add_argument("--yes", action="store_true", help=_("confirm --no-timer"))
     s.add_argument("--idle", metavar="SPAN@PCT%",
-                   help="idle release: power off when every GPU stays under PCT %% for SPAN, e.g. 30m@5%%")
+                   help=_("idle release: power off when every GPU stays under PCT %% for SPAN, e.g. 30m@5%%"))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("instances", help="list instances")
-    s.add_argument("--json", action="store_true", help="print a JSON list")
-    s.add_argument("--all", action="store_true", help="include released instances")
+    s = sub.add_parser("instances", help=_("list instances"))
+    s.add_argument("--json", action="store_true", help=_("print a JSON list"))
+    s.add_argument("--all", action="store_true", help=_("include released instances"))
     s.set_defaults(handler=cmd_instances)
 
-    s = sub.add_parser("create", help="rent an instance")
-    s.add_argument("--provider", default="sandbox", help="provider (default: sandbox)")
-    s.add_argument("--gpu", required=True, help="GPU model, matched loosely (e.g. 4090, 'H100 SXM')")
-    s.add_argument("--count", type=int, help="number of GPUs (default: the offer's size, often 1)")
-    s.add_argument("--name", help="task label (default: from the GPU)")
-    s.add_argument("--disk", type=float, default=50, help="disk in GB (default 50)")
-    s.add_argument("--image", help="image, where the provider has images")
-    s.add_argument("--json", action="store_true", help="print the instance as JSON")
+    s = sub.add_parser("create", help=_("rent an instance"))
+    s.add_argument("--provider", default="sandbox", help=_("provider (default: sandbox)"))
+    s.add_argument("--gpu", required=True, help=_("GPU model, matched loosely (e.g. 4090, 'H100 SXM')"))
+    s.add_argument("--count", type=int, help=_("number of GPUs (default: the offer's size, often 1)"))
+    s.add_argument("--name", help=_("task label (default: from the GPU)"))
+    s.add_argument("--disk", type=float, default=50, help=_("disk in GB (default 50)"))
+    s.add_argument("--image", help=_("image, where the provider has images"))
+    s.add_argument("--json", action="store_true", help=_("print the instance as JSON"))
     _timer_flags(s)
     s.set_defaults(handler=cmd_create)
 
-    s = sub.add_parser("extend", help="move an instance's release time")
-    s.add_argument("name", help="instance name or id")
-    s.add_argument("by", nargs="?", default="1h", help="how much longer: 1h, 30m (default 1h)")
-    s.add_argument("--to", metavar="TIME", help="a new release time instead: 18:30")
+    s = sub.add_parser("extend", help=_("move an instance's release time"))
+    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("by", nargs="?", default="1h", help=_("how much longer: 1h, 30m (default 1h)"))
+    s.add_argument("--to", metavar="TIME", help=_("a new release time instead: 18:30"))
     s.set_defaults(handler=cmd_extend)
 
-    s = sub.add_parser("reap", help="release overdue instances (for cron / a systemd timer)")
-    s.add_argument("--json", action="store_true", help="print what was released as JSON")
+    s = sub.add_parser("reap", help=_("release overdue instances (for cron / a systemd timer)"))
+    s.add_argument("--json", action="store_true", help=_("print what was released as JSON"))
     s.set_defaults(handler=cmd_reap)
 
-    s = sub.add_parser("ssh", help="a shell (or one command) on an instance")
-    s.add_argument("name", help="instance name or id")
-    s.add_argument("remote", nargs=argparse.REMAINDER, help="-- CMD: run one command and exit with its code")
-    s.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown host key")
+    s = sub.add_parser("ssh", help=_("a shell (or one command) on an instance"))
+    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("remote", nargs=argparse.REMAINDER, help=_("-- CMD: run one command and exit with its code"))
+    s.add_argument("--accept-new-host-key", action="store_true", help=_("trust an unknown host key"))
     s.set_defaults(handler=cmd_ssh)
 
-    s = sub.add_parser("add-ssh", help="add an instance rented elsewhere by its ssh line")
-    s.add_argument("line", help="as the platform gives it: 'ssh -p PORT root@HOST'")
-    s.add_argument("--gpu", help="GPU model (default: detected with nvidia-smi -L)")
-    s.add_argument("--price", required=True, help="price per hour for the whole instance")
+    s = sub.add_parser("add-ssh", help=_("add an instance rented elsewhere by its ssh line"))
+    s.add_argument("line", help=_("as the platform gives it: 'ssh -p PORT root@HOST'"))
+    s.add_argument("--gpu", help=_("GPU model (default: detected with nvidia-smi -L)"))
+    s.add_argument("--price", required=True, help=_("price per hour for the whole instance"))
     s.add_argument("--per", choices=["second", "minute", "hour"], default="second",
-                   help="billing granularity (default second)")
-    s.add_argument("--name", help="task label (default: the host)")
-    s.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown host key")
-    s.add_argument("--ask-password", action="store_true", help="prompt for a password (not stored)")
-    s.add_argument("--password-file", help="a 0600 file holding the password")
-    s.add_argument("--json", action="store_true", help="print the instance as JSON")
+                   help=_("billing granularity (default second)"))
+    s.add_argument("--name", help=_("task label (default: the host)"))
+    s.add_argument("--accept-new-host-key", action="store_true", help=_("trust an unknown host key"))
+    s.add_argument("--ask-password", action="store_true", help=_("prompt for a password (not stored)"))
+    s.add_argument("--password-file", help=_("a 0600 file holding the password"))
+    s.add_argument("--json", action="store_true", help=_("print the instance as JSON"))
     _timer_flags(s)
     s.set_defaults(handler=cmd_add_ssh)
 
-    s = sub.add_parser("release", help="release an instance now (stops the billing)")
-    s.add_argument("name", help="instance name or id")
-    s.add_argument("--json", action="store_true", help="print the ledger entry as JSON")
+    s = sub.add_parser("release", help=_("release an instance now (stops the billing)"))
+    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("--json", action="store_true", help=_("print the ledger entry as JSON"))
     s.set_defaults(handler=cmd_release)

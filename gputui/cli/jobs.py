@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from gputui.cli.output import EXIT_BAD_INPUT, CommandError, print_json, run_async
 from gputui.errors import BadInput
+from gputui.format import status_text
+from gputui.i18n import _, pad_cells, truncate_cells
 
 POLICIES = ("release", "stop", "keep")
 
@@ -20,7 +22,8 @@ POLICIES = ("release", "stop", "keep")
 def _live(services: Any, name: str) -> Any:
     inst = services.store.find_instance_sync(name)
     if not inst.status.live:
-        raise CommandError(f"{inst.name} is {inst.status.value}")
+        raise CommandError(_("{name} is {status}").format(name=inst.name,
+                                                          status=status_text(inst.status)))
     return inst
 
 
@@ -99,7 +102,8 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
 def cmd_push(args: argparse.Namespace) -> int:
     args.local_path = Path(os.path.expanduser(args.local)).resolve()
     if not args.local_path.exists():
-        raise CommandError(f"{args.local}: no such file or folder", EXIT_BAD_INPUT)
+        raise CommandError(_("{path}: no such file or folder").format(path=args.local),
+                           EXIT_BAD_INPUT)
     return run_async(args, lambda services: _transfer(services, args, "push"))
 
 
@@ -116,7 +120,8 @@ def _command(args: argparse.Namespace, options: argparse.ArgumentParser) -> list
         i = rest.index("--")
         opts, command = rest[:i], rest[i + 1:]
     elif rest and rest[0].startswith("-"):
-        raise CommandError(f"{rest[0]}: put options before the command, and the command after --",
+        raise CommandError(_("{arg}: put options before the command, and the command after "
+                             "--").format(arg=rest[0]),
                            EXIT_BAD_INPUT)
     else:
         opts, command = [], rest
@@ -136,20 +141,24 @@ def _fmt_secs(secs: float | None) -> str:
 
 
 def print_table(view: Any, inst: Any) -> None:
-    from gputui.format import fit_name, format_money
+    from gputui.format import format_money
     from gputui.nvidia.nvsmi import sanitize
 
     if not view.jobs:
-        print(f"{inst.name}: no runs queued. Queue one with `gputui jobs {inst.name} add -- CMD`.")
+        print(_("{name}: no runs queued. Queue one with `gputui jobs {name} add -- "
+                "CMD`.").format(name=inst.name))
         return
-    print(f"{'ID':>4} {'NAME':<18} {'STATUS':<9} {'EXIT':>4} {'TIME':>7} {'GPU%':>5} "
-          f"{'MEM MiB':>8} {'COST':>9}")
+    print(" ".join((pad_cells(_("ID"), 4, ">"), pad_cells(_("NAME"), 18),
+                    pad_cells(_("STATUS"), 9), pad_cells(_("EXIT"), 4, ">"),
+                    pad_cells(_("TIME"), 7, ">"), pad_cells("GPU%", 5, ">"),
+                    pad_cells(_("MEM MiB"), 8, ">"), pad_cells(_("COST"), 9, ">"))))
     for j in view.jobs:
         util = f"{j.gpu_util_avg:.0f}" if j.gpu_util_avg is not None else "-"
         mem = f"{j.gpu_mem_max_mib:.0f}" if j.gpu_mem_max_mib is not None else "-"
         cost = format_money(j.cost, j.currency) if j.cost is not None else "-"
         code = str(j.exit_code) if j.exit_code is not None else "-"
-        print(f"{j.id:>4} {fit_name(sanitize(j.name, 60), 18):<18} {j.status:<9} {code:>4} "
+        name = pad_cells(truncate_cells(sanitize(j.name, 60), 18, where="middle"), 18)
+        print(f"{j.id:>4} {name} {pad_cells(status_text(j.status), 9)} {code:>4} "
               f"{_fmt_secs(j.seconds()):>7} {util:>5} {mem:>8} {cost:>9}")
     if view.finished:
         print(summary_text(view, inst))
@@ -162,16 +171,19 @@ def summary_text(view: Any, inst: Any) -> str:
     from gputui.models import money
 
     counts = view.counts()
-    parts = [f"{n} {status}" for status, n in counts.items()]
+    parts = [f"{n} {status_text(status)}" for status, n in counts.items()]
     total = money(sum((j.cost for j in view.jobs if j.cost is not None), Decimal(0)))
-    when = f" at {view.ended_at.astimezone():%H:%M}" if view.ended_at else ""
-    text = (f"queue ended{when}: {', '.join(parts)}; the runs cost "
-            f"{format_money(total, inst.billing.currency)} (part of {inst.name}'s cost)")
+    ended = (_("queue ended at {time}").format(time=f"{view.ended_at.astimezone():%H:%M}")
+             if view.ended_at else _("queue ended"))
+    text = _("{ended}: {counts}; the runs cost {total} (part of {name}'s cost)").format(
+        ended=ended, counts=_(", ").join(parts), total=format_money(total, inst.billing.currency),
+        name=inst.name)
     if view.poweroff_at is not None and view.poweroff_in_s is not None:
         from datetime import timedelta
 
         off = view.poweroff_at + timedelta(seconds=view.poweroff_in_s)
-        text += f"; it powers off at {off.astimezone():%H:%M} unless gputui finishes first"
+        text += _("; it powers off at {time} unless gputui finishes first").format(
+            time=f"{off.astimezone():%H:%M}")
     return text
 
 
@@ -193,7 +205,8 @@ async def _list(services: Any, args: argparse.Namespace) -> int:
         rec = jobs.when_done(inst)
         if rec is not None and rec.done_at is None:
             pulls = ", ".join(f"{p['remote']} -> {p['local']}" for p in rec.pulls)
-            print(f"when done: {rec.policy}" + (f" (pull {pulls} first)" if pulls else ""))
+            print(_("when done: {policy}").format(policy=_policy(rec.policy))
+                  + (_(" (pull {pulls} first)").format(pulls=pulls) if pulls else ""))
     return 0
 
 
@@ -202,17 +215,17 @@ def _specs_from_args(args: argparse.Namespace, inst: Any) -> list[Any]:
 
     gpus = parse_gpus(args.gpus, inst.gpu_count)
     if args.retries < 0 or args.retries > 100:
-        raise CommandError("--retries: 0 to 100", EXIT_BAD_INPUT)
+        raise CommandError(_("--retries: 0 to 100"), EXIT_BAD_INPUT)
     command = _command(args, args.options_parser)
     if args.file and command:
-        raise CommandError("add: give a command or --file, not both", EXIT_BAD_INPUT)
+        raise CommandError(_("add: give a command or --file, not both"), EXIT_BAD_INPUT)
     if args.file:
         lines = read_runs_file(Path(os.path.expanduser(args.file)))
         base = args.name_label
         return [JobSpec(command=line, name=f"{base}-{i}" if base else None, cwd=args.cwd,
                         gpus=gpus, retries=args.retries) for i, line in enumerate(lines, 1)]
     if not command:
-        raise CommandError("add: no command (gputui jobs NAME add -- CMD ...)", EXIT_BAD_INPUT)
+        raise CommandError(_("add: no command (gputui jobs NAME add -- CMD ...)"), EXIT_BAD_INPUT)
     from gputui.services.hub import quote_args
 
     text = command[0] if len(command) == 1 else quote_args(command)
@@ -247,12 +260,17 @@ async def _log(services: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy(policy: str) -> str:
+    return {"release": _("release"), "stop": _("stop"), "keep": _("keep")}.get(policy, policy)
+
+
 async def _cancel(services: Any, args: argparse.Namespace) -> int:
     from gputui.services.jobs import JobService
 
     inst = _live(services, args.name)
     was = await JobService(services).cancel(inst, args.job)
-    print(f"job {args.job}: cancelled" + (" (stopping it)" if was == "running" else ""))
+    print(_("job {job_id}: cancelled").format(job_id=args.job)
+          + (_(" (stopping it)") if was == "running" else ""))
     return 0
 
 
@@ -267,7 +285,7 @@ async def _retry(services: Any, args: argparse.Namespace) -> int:
 
 def _pulls(args: argparse.Namespace) -> list[tuple[str, str]]:
     if args.to and not args.pull:
-        raise CommandError("--to needs --pull REMOTE", EXIT_BAD_INPUT)
+        raise CommandError(_("--to needs --pull REMOTE"), EXIT_BAD_INPUT)
     if not args.pull:
         return []
     local = args.to or os.path.join(".", os.path.basename(args.pull.rstrip("/")) or "results")
@@ -291,10 +309,11 @@ async def _when_done(services: Any, args: argparse.Namespace) -> int:
         print_json({"policy": rec.policy, "pulls": rec.pulls, "grace_s": rec.grace_s,
                     "outcome": outcome})
     else:
-        what = {"release": "released", "stop": "stopped", "keep": "kept"}[rec.policy]
-        pull = f"; {', '.join(p['remote'] for p in rec.pulls)} pulled first" if rec.pulls else ""
-        print(f"{inst.name}: when its queue ends it is {what}{pull}"
-              + (f" — done now: {outcome}" if outcome else ""))
+        what = {"release": _("released"), "stop": _("stopped"), "keep": _("kept")}[rec.policy]
+        pull = _("; {paths} pulled first").format(
+            paths=", ".join(p["remote"] for p in rec.pulls)) if rec.pulls else ""
+        print(_("{name}: when its queue ends it is {what}").format(name=inst.name, what=what)
+              + pull + (_(" — done now: {outcome}").format(outcome=outcome) if outcome else ""))
     return 0
 
 
@@ -309,12 +328,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         command = _command(args, args.options_parser)
     if not command:
-        raise CommandError("run: no command (gputui run NAME -- CMD ...)", EXIT_BAD_INPUT)
+        raise CommandError(_("run: no command (gputui run NAME -- CMD ...)"), EXIT_BAD_INPUT)
     if (args.name is None) == (args.gpu is None):
-        raise CommandError("run: give an instance NAME or --gpu GPU to rent one", EXIT_BAD_INPUT)
+        raise CommandError(_("run: give an instance NAME or --gpu GPU to rent one"), EXIT_BAD_INPUT)
     args.sync_path = Path(os.path.expanduser(args.sync)).resolve() if args.sync else None
     if args.sync_path is not None and not args.sync_path.is_dir():
-        raise CommandError(f"--sync: {args.sync}: no such folder", EXIT_BAD_INPUT)
+        raise CommandError(_("--sync: {path}: no such folder").format(path=args.sync),
+                           EXIT_BAD_INPUT)
     return run_async(args, lambda services: _run(services, args, command))
 
 
@@ -332,7 +352,7 @@ async def _rent(services: Any, args: argparse.Namespace) -> Any:
     except ValueError as exc:
         raise CommandError(f"--release-after: {exc}", EXIT_BAD_INPUT) from None
     if delta < timedelta(seconds=60) or delta.days > 366:
-        raise CommandError("--release-after: between a minute and a year", EXIT_BAD_INPUT)
+        raise CommandError(_("--release-after: between a minute and a year"), EXIT_BAD_INPUT)
     offer = await services.find_offer(args.provider, args.gpu)
     name = services.free_name(args.instance_name or "run")
     request = CreateRequest(offer_id=offer.offer_id, gpu_count=offer.gpu_count, name=name)
@@ -373,7 +393,7 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
         await jobs.set_when_done(inst, then, pulls=pulls)
     text = command[0] if len(command) == 1 else quote_args(command)
     [job_id] = await jobs.add(inst, [JobSpec(command=text, name=args.label, cwd=cwd, gpus=gpus)])
-    print(f"{inst.name}: job {job_id} queued", file=sys.stderr)
+    print(_("{name}: job {job_id} queued").format(name=inst.name, job_id=job_id), file=sys.stderr)
     follow = asyncio.ensure_future(
         jobs.follow(inst, job_id, lambda line: print(line, flush=True)))
     try:
@@ -386,15 +406,17 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
     from gputui.format import format_money
 
     cost = format_money(job.cost, job.currency) if job.cost is not None else "-"
-    print(f"{inst.name}: job {job_id} {job.status} (exit {job.exit_code}) in "
-          f"{_fmt_secs(job.seconds())}, {cost}", file=sys.stderr)
+    print(_("{name}: job {job_id} {status} (exit {code}) in {time}, {cost}").format(
+        name=inst.name, job_id=job_id, status=status_text(job.status), code=job.exit_code,
+        time=_fmt_secs(job.seconds()), cost=cost), file=sys.stderr)
     if then != "keep" or pulls:
         outcome = await jobs.finish(inst, force=True)
         if outcome:
             print(f"{inst.name}: {outcome}", file=sys.stderr)
         elif view.active:
-            print(f"{inst.name}: other runs are still queued; it is {then}d when they end",
-                  file=sys.stderr)
+            what = {"release": _("released"), "stop": _("stopped")}.get(then, then)
+            print(_("{name}: other runs are still queued; it is {what} when they end").format(
+                name=inst.name, what=what), file=sys.stderr)
     if job.exit_code is None:
         return 1
     return int(job.exit_code)
@@ -403,7 +425,8 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
 async def _interrupted(services: Any, jobs: Any, inst: Any, job_id: str) -> int:
     answer = ""
     if sys.stdin.isatty():
-        sys.stderr.write(f"\nstop job {job_id} on {inst.name}? [y/N] ")
+        sys.stderr.write("\n" + _("stop job {job_id} on {name}? [y/N] ").format(job_id=job_id,
+                                                                               name=inst.name))
         sys.stderr.flush()
         try:
             answer = await asyncio.to_thread(sys.stdin.readline)
@@ -411,13 +434,14 @@ async def _interrupted(services: Any, jobs: Any, inst: Any, job_id: str) -> int:
             answer = ""
     if answer.strip().lower() in ("y", "yes"):
         await jobs.cancel(inst, job_id)
-        print(f"job {job_id}: stopping it", file=sys.stderr)
+        print(_("job {job_id}: stopping it").format(job_id=job_id), file=sys.stderr)
     else:
-        print(f"job {job_id} goes on; follow it with `gputui jobs {inst.name} log {job_id} "
-              "--follow`", file=sys.stderr)
+        print(_("job {job_id} goes on; follow it with `gputui jobs {name} log {job_id} "
+                "--follow`").format(job_id=job_id, name=inst.name), file=sys.stderr)
     lease = services.store.get_lease_sync(inst.id)
     if lease is not None and lease.release_at is not None:
-        print(f"{inst.name} keeps its release timer ({lease.release_at.astimezone():%H:%M})",
+        print(_("{name} keeps its release timer ({time})").format(
+            name=inst.name, time=f"{lease.release_at.astimezone():%H:%M}"),
               file=sys.stderr)
     return 130
 
@@ -430,78 +454,78 @@ def _options_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _add_options(a: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    a.add_argument("--name", dest="name_label", help="a label for the run")
-    a.add_argument("--cwd", help="folder on the instance (default: its home)")
-    a.add_argument("--gpus", help="GPU indices, e.g. 0,1 (default: all; runs on other GPUs "
-                   "run side by side)")
-    a.add_argument("--retries", type=int, default=0, help="rerun a failed run this many times")
-    a.add_argument("--file", help="queue one run per line of this file (a sweep)")
-    a.add_argument("--json", action="store_true", help="print the ids as JSON")
+    a.add_argument("--name", dest="name_label", help=_("a label for the run"))
+    a.add_argument("--cwd", help=_("folder on the instance (default: its home)"))
+    a.add_argument("--gpus", help=_("GPU indices, e.g. 0,1 (default: all; runs on other GPUs "
+                   "run side by side)"))
+    a.add_argument("--retries", type=int, default=0, help=_("rerun a failed run this many times"))
+    a.add_argument("--file", help=_("queue one run per line of this file (a sweep)"))
+    a.add_argument("--json", action="store_true", help=_("print the ids as JSON"))
     return a
 
 
 def _run_options(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    s.add_argument("--sync", metavar="DIR", help="push this folder first; the run starts in it")
-    s.add_argument("--pull", metavar="REMOTE", help="bring this home afterwards")
-    s.add_argument("--to", metavar="LOCAL", help="where to (default: ./<name of REMOTE>)")
+    s.add_argument("--sync", metavar="DIR", help=_("push this folder first; the run starts in it"))
+    s.add_argument("--pull", metavar="REMOTE", help=_("bring this home afterwards"))
+    s.add_argument("--to", metavar="LOCAL", help=_("where to (default: ./<name of REMOTE>)"))
     s.add_argument("--then", choices=POLICIES,
-                   help="afterwards (default: keep; release for an instance rented with --gpu)")
-    s.add_argument("--gpus", help="GPU indices for the run, e.g. 0,1")
-    s.add_argument("--cwd", help="folder on the instance to run in")
-    s.add_argument("--label", help="a label for the run (in the ledger)")
-    s.add_argument("--gpu", help="rent a new instance with this GPU for the run")
-    s.add_argument("--provider", default="sandbox", help="with --gpu: provider (default sandbox)")
-    s.add_argument("--release-after", metavar="DURATION", help="with --gpu: its release timer")
-    s.add_argument("--instance-name", help="with --gpu: the new instance's name")
+                   help=_("afterwards (default: keep; release for an instance rented with --gpu)"))
+    s.add_argument("--gpus", help=_("GPU indices for the run, e.g. 0,1"))
+    s.add_argument("--cwd", help=_("folder on the instance to run in"))
+    s.add_argument("--label", help=_("a label for the run (in the ledger)"))
+    s.add_argument("--gpu", help=_("rent a new instance with this GPU for the run"))
+    s.add_argument("--provider", default="sandbox", help=_("with --gpu: provider (default sandbox)"))
+    s.add_argument("--release-after", metavar="DURATION", help=_("with --gpu: its release timer"))
+    s.add_argument("--instance-name", help=_("with --gpu: the new instance's name"))
     return s
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("push", help="send files to an instance (only what changed)")
-    s.add_argument("name", help="instance name or id")
-    s.add_argument("local", help="a file or folder here")
-    s.add_argument("remote", nargs="?", help="where on the instance (default: ~/<name of LOCAL>)")
-    s.add_argument("--checksum", action="store_true", help="compare SHA-256, not size and time")
-    s.add_argument("--json", action="store_true", help="print a JSON summary")
+    s = sub.add_parser("push", help=_("send files to an instance (only what changed)"))
+    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("local", help=_("a file or folder here"))
+    s.add_argument("remote", nargs="?", help=_("where on the instance (default: ~/<name of LOCAL>)"))
+    s.add_argument("--checksum", action="store_true", help=_("compare SHA-256, not size and time"))
+    s.add_argument("--json", action="store_true", help=_("print a JSON summary"))
     s.set_defaults(handler=cmd_push)
 
-    s = sub.add_parser("pull", help="bring files home from an instance (only what changed)")
-    s.add_argument("name", help="instance name or id")
-    s.add_argument("remote", help="a file or folder on the instance (relative to its home)")
-    s.add_argument("local", nargs="?", help="where here (default: ./<name of REMOTE>)")
-    s.add_argument("--checksum", action="store_true", help="compare SHA-256, not size and time")
-    s.add_argument("--json", action="store_true", help="print a JSON summary")
+    s = sub.add_parser("pull", help=_("bring files home from an instance (only what changed)"))
+    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("remote", help=_("a file or folder on the instance (relative to its home)"))
+    s.add_argument("local", nargs="?", help=_("where here (default: ./<name of REMOTE>)"))
+    s.add_argument("--checksum", action="store_true", help=_("compare SHA-256, not size and time"))
+    s.add_argument("--json", action="store_true", help=_("print a JSON summary"))
     s.set_defaults(handler=cmd_pull)
 
-    s = sub.add_parser("jobs", help="a queue of runs on an instance: add, list, log, cancel")
-    s.add_argument("name", help="instance name or id")
-    s.add_argument("--json", action="store_true", help="print the runs as JSON")
+    s = sub.add_parser("jobs", help=_("a queue of runs on an instance: add, list, log, cancel"))
+    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("--json", action="store_true", help=_("print the runs as JSON"))
     s.set_defaults(handler=cmd_jobs, action=None)
     acts = s.add_subparsers(dest="action", metavar="ACTION")
-    a = acts.add_parser("add", help="queue a run (prints its id)")
+    a = acts.add_parser("add", help=_("queue a run (prints its id)"))
     _add_options(a)
-    a.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command")
+    a.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help=_("the command"))
     a.set_defaults(options_parser=_add_options(_options_parser("gputui jobs NAME add")))
-    a = acts.add_parser("log", help="a run's log")
-    a.add_argument("job", help="job id")
-    a.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
-    a.add_argument("--lines", type=int, default=200, help="how many last lines (default 200)")
-    a = acts.add_parser("cancel", help="drop a queued run, or stop a running one")
-    a.add_argument("job", help="job id")
-    a = acts.add_parser("retry", help="queue a finished run again")
-    a.add_argument("job", help="job id")
-    a = acts.add_parser("when-done", help="what happens when the queue ends")
+    a = acts.add_parser("log", help=_("a run's log"))
+    a.add_argument("job", help=_("job id"))
+    a.add_argument("--follow", "-f", action="store_true", help=_("keep printing until it ends"))
+    a.add_argument("--lines", type=int, default=200, help=_("how many last lines (default 200)"))
+    a = acts.add_parser("cancel", help=_("drop a queued run, or stop a running one"))
+    a.add_argument("job", help=_("job id"))
+    a = acts.add_parser("retry", help=_("queue a finished run again"))
+    a.add_argument("job", help=_("job id"))
+    a = acts.add_parser("when-done", help=_("what happens when the queue ends"))
     a.add_argument("policy", choices=POLICIES)
-    a.add_argument("--pull", metavar="REMOTE", help="bring this home first (inside the home)")
-    a.add_argument("--to", metavar="LOCAL", help="where to (default: ./<name of REMOTE>)")
+    a.add_argument("--pull", metavar="REMOTE", help=_("bring this home first (inside the home)"))
+    a.add_argument("--to", metavar="LOCAL", help=_("where to (default: ./<name of REMOTE>)"))
     a.add_argument("--grace", default="10m",
-                   help="with no gputui running, power off this long after the end (default 10m)")
-    a.add_argument("--json", action="store_true", help="print the policy as JSON")
+                   help=_("with no gputui running, power off this long after the end (default 10m)"))
+    a.add_argument("--json", action="store_true", help=_("print the policy as JSON"))
 
-    s = sub.add_parser("run", help="sync, run a command with its output, pull, then release")
-    s.add_argument("name", nargs="?", help="instance name or id (or --gpu to rent one)")
+    s = sub.add_parser("run", help=_("sync, run a command with its output, pull, then release"))
+    s.add_argument("name", nargs="?", help=_("instance name or id (or --gpu to rent one)"))
     _run_options(s)
-    s.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command")
+    s.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help=_("the command"))
     s.set_defaults(handler=cmd_run, options_parser=_run_options(_options_parser("gputui run")))
 
 

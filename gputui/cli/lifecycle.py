@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from gputui.cli.output import CommandError, print_json, run_async
+from gputui.format import status_text
+from gputui.i18n import _
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -14,14 +16,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
         inst = services.store.find_instance_sync(args.name)
         if not inst.status.live:
-            raise CommandError(f"{inst.name} is {inst.status.value}", 2)
+            raise CommandError(_("{name} is {status}").format(name=inst.name,
+                                                             status=status_text(inst.status)), 2)
         fresh = await services.stop(inst)
         view = instance_view(fresh, services.store.get_lease_sync(inst.id))
         if args.json:
             print_json(view)
         else:
-            print(f"{fresh.name}: {view['state_detail'] or fresh.status.value} — the GPU charge "
-                  f"has stopped; `gputui start {fresh.name}` powers it on again")
+            print(_("{name}: {status} — the GPU charge has stopped; `gputui start {name}` powers "
+                    "it on again").format(name=fresh.name,
+                                          status=view["state_detail"] or status_text(fresh.status)))
         return 0
 
     return run_async(args, body)
@@ -34,7 +38,8 @@ def cmd_start(args: argparse.Namespace) -> int:
 
         inst = services.store.find_instance_sync(args.name)
         if not inst.status.live:
-            raise CommandError(f"{inst.name} is {inst.status.value}", 2)
+            raise CommandError(_("{name} is {status}").format(name=inst.name,
+                                                             status=status_text(inst.status)), 2)
         progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr))
         fresh = await services.start(inst, progress=progress)
         from gputui.services.leases import LeaseService
@@ -45,7 +50,8 @@ def cmd_start(args: argparse.Namespace) -> int:
             print_json(view)
         else:
             price = format_money(fresh.billing.price_per_hour, fresh.billing.currency)
-            print(f"{fresh.name}: {fresh.status.value}, billing {price}/h")
+            print(_("{name}: {status}, billing {price}/h").format(
+                name=fresh.name, status=status_text(fresh.status), price=price))
         return 0
 
     return run_async(args, body)
@@ -60,8 +66,8 @@ def cmd_account(args: argparse.Namespace) -> int:
         wanted = [args.provider] if args.provider else [
             n for n in services.providers if services.capabilities(n).account]
         if not wanted:
-            raise CommandError("no provider with an account is configured (AutoDL: set "
-                               "AUTODL_TOKEN)", 2)
+            raise CommandError(_("no provider with an account is configured (AutoDL: set "
+                                 "AUTODL_TOKEN)"), 2)
         out, failed = [], 0
         live = services.store.instances_sync(live_only=True)
         for name in wanted:
@@ -91,27 +97,29 @@ def cmd_account(args: argparse.Namespace) -> int:
             def m(key: str, cur: str = cur, row: dict = row) -> str:
                 return "?" if row.get(key) is None else format_money(row[key], cur)
 
-            print(f"{row['provider']}: balance {m('balance')} · vouchers {m('vouchers')} · "
-                  f"lifetime spend {m('lifetime_spend')}")
+            print(_("{provider}: balance {balance} · vouchers {vouchers} · lifetime spend "
+                    "{spent}").format(provider=row["provider"], balance=m("balance"),
+                                      vouchers=m("vouchers"), spent=m("lifetime_spend")))
             if row.get("runway"):
-                print(f"  runway: {row['runway']}")
+                print("  " + _("runway: {runway}").format(runway=row["runway"]))
         return 1 if failed else 0
 
     return run_async(args, body)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("stop", help="power an instance off (the GPU charge stops; its disk stays)")
-    s.add_argument("name", help="instance name or id")
-    s.add_argument("--json", action="store_true", help="print the instance as JSON")
+    s = sub.add_parser("stop", help=_("power an instance off (the GPU charge stops; its disk "
+                                      "stays)"))
+    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("--json", action="store_true", help=_("print the instance as JSON"))
     s.set_defaults(handler=cmd_stop)
 
-    s = sub.add_parser("start", help="power a stopped instance on again")
-    s.add_argument("name", help="instance name or id")
-    s.add_argument("--json", action="store_true", help="print the instance as JSON")
+    s = sub.add_parser("start", help=_("power a stopped instance on again"))
+    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("--json", action="store_true", help=_("print the instance as JSON"))
     s.set_defaults(handler=cmd_start)
 
-    s = sub.add_parser("account", help="your balance at the provider (AutoDL's wallet)")
-    s.add_argument("--provider", help="one provider (default: every one with an account)")
-    s.add_argument("--json", action="store_true", help="print a JSON list")
+    s = sub.add_parser("account", help=_("your balance at the provider (AutoDL's wallet)"))
+    s.add_argument("--provider", help=_("one provider (default: every one with an account)"))
+    s.add_argument("--json", action="store_true", help=_("print a JSON list"))
     s.set_defaults(handler=cmd_account)

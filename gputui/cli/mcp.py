@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from gputui.i18n import _
+
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     from gputui.mcp_server import serve_stdio
@@ -17,5 +19,5 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("mcp", help="serve gputui's actions to AI agents (MCP over stdio)")
+    s = sub.add_parser("mcp", help=_("serve gputui's actions to AI agents (MCP over stdio)"))
     s.set_defaults(handler=cmd_mcp)

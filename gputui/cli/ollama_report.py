@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gputui.cli.output import print_json
+from gputui.i18n import _, pad_cells
 from gputui.models import Instance
 from gputui.remote.ollama_client import (
     PullProgress,
@@ -156,9 +157,10 @@ async def _command(
         if as_json:
             print_json([m.as_dict() for m in models])
         elif not models:
-            print(f"No models on {inst.name}. Pull one: gputui ollama {inst.name} pull qwen2.5:7b")
+            print(_("No models on {name}. Pull one: gputui ollama {name} pull qwen2.5:7b").format(name=inst.name))
         else:
-            print(f"{'NAME':<28} {'SIZE':>8}  {'QUANT':<8} {'FAMILY':<8} MODIFIED")
+            print(f"{pad_cells(_('NAME'), 28)} {pad_cells(_('SIZE'), 8, '>')}  "
+                  f"{pad_cells(_('QUANT'), 8)} {pad_cells(_('FAMILY'), 8)} " + _("MODIFIED"))
             for m in models:
                 print(f"{m.name[:28]:<28} {_gb(m.size):>8}  {(m.quantization or '')[:8]:<8} "
                       f"{(m.family or '')[:8]:<8} {_ago(m.modified_at)}")
@@ -168,9 +170,11 @@ async def _command(
         if as_json:
             print_json([r.as_dict() for r in loaded])
         elif not loaded:
-            print(f"No model is loaded on {inst.name}.")
+            print(_("No model is loaded on {name}.").format(name=inst.name))
         else:
-            print(f"{'NAME':<28} {'SIZE':>8} {'IN VRAM':>8}  {'PROCESSOR':<16} UNTIL")
+            print(f"{pad_cells(_('NAME'), 28)} {pad_cells(_('SIZE'), 8, '>')} "
+                  f"{pad_cells(_('IN VRAM'), 8, '>')}  {pad_cells(_('PROCESSOR'), 16)} "
+                  + _("UNTIL"))
             for r in loaded:
                 print(f"{r.name[:28]:<28} {_gb(r.size):>8} {_gb(r.size_vram):>8}  "
                       f"{r.processor:<16} {_until(r.expires_at)}")
@@ -202,7 +206,7 @@ async def _command(
             print_json({"model": arg, "status": "success", "total": progress.total,
                          "fit": fit.as_dict()})
         else:
-            print(f"pulled {arg} ({_gb(progress.total)})")
+            print(_("pulled {arg} ({gb})").format(arg=arg, gb=_gb(progress.total)))
         return 0
     if action == "rm":
         assert arg is not None
@@ -210,7 +214,7 @@ async def _command(
         if as_json:
             print_json({"model": arg, "deleted": True})
         else:
-            print(f"deleted {arg}")
+            print(_("deleted {arg}").format(arg=arg))
         return 0
     if action == "fit":
         assert arg is not None
@@ -235,7 +239,7 @@ async def _command(
             print_json({"model": arg, "loaded": True, "fit": result.fit.as_dict(),
                          "placement": result.placement.as_dict()})
         else:
-            print(f"loaded {arg}")
+            print(_("loaded {arg}").format(arg=arg))
             print(result.placement.message)
         return 0
     if action == "unload":
@@ -244,7 +248,7 @@ async def _command(
         if as_json:
             print_json({"model": arg, "unloaded": True})
         else:
-            print(f"unloaded {arg}")
+            print(_("unloaded {arg}").format(arg=arg))
         return 0
     if action == "verify":
         report = await svc.verify_placement(inst)
@@ -274,22 +278,22 @@ async def _command(
         if as_json:
             print_json({**new.as_dict(), "unloaded": [m.name for m in running]})
         else:
-            print(f"ollama on {inst.name} now uses {gpu_words(new.selected)}"
-                  f" (CUDA_VISIBLE_DEVICES={new.visible_devices or 'unset'})")
+            print(_("ollama on {name} now uses {gpus} (CUDA_VISIBLE_DEVICES={value})").format(
+                name=inst.name, gpus=gpu_words(new.selected), value=new.visible_devices or "unset"))
         return 0
     if action == "start":
         new = await svc.start(inst)
         if as_json:
             print_json(new.as_dict())
         else:
-            print(f"ollama on {inst.name} is running (version {new.version}, port {new.port})")
+            print(_("ollama on {name} is running (version {version}, port {port})").format(name=inst.name, version=new.version, port=new.port))
         return 0
     if action == "stop":
         await svc.stop(inst)
         if as_json:
             print_json({"stopped": True})
         else:
-            print(f"ollama on {inst.name} stopped")
+            print(_("ollama on {name} stopped").format(name=inst.name))
         return 0
     raise OllamaServiceError(
         f"unknown action {action!r}: list, ps, pull, rm, load, unload, gpus, status, start, "

@@ -11,13 +11,16 @@ from collections.abc import Awaitable, Callable
 from typing import IO, TYPE_CHECKING
 
 from gputui.errors import EXIT_BAD_INPUT, EXIT_ERROR, GputuiError
+from gputui.format import end_reason_text, status_text
+from gputui.i18n import _
 
 if TYPE_CHECKING:
     from gputui.services.hub import Services
     from gputui.store import SessionStore
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "CommandError", "open_store", "print_json",
-           "refresh_quietly", "report_unreadable", "run_async", "services_for"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "CommandError", "end_reason_text", "open_store",
+           "print_json", "refresh_quietly", "report_unreadable", "run_async", "services_for",
+           "status_text"]
 
 
 class CommandError(GputuiError):
@@ -66,7 +69,7 @@ def run_async(args: argparse.Namespace, body: Callable[[Services], Awaitable[int
 
         def show(event: object) -> None:
             if isinstance(event, Notice) and not getattr(args, "json", False):
-                print(f"{event.severity}: {event.text}", file=sys.stderr)
+                print(f"{_severity(event.severity)}: {event.text}", file=sys.stderr)
 
         services.store.subscribe(show)
         try:
@@ -82,8 +85,9 @@ def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
     termination that happened while nothing ran). Providers that need the network are not
     asked here; `gputui reap` does the full round."""
     if store.read_only is not None:  # nothing can be saved: show the state as last saved
-        print(f"gputui: {store.path}: {store.read_only}; showing the state as last saved "
-              "(changes are refused until there is room)", file=sys.stderr)
+        print(f"gputui: {store.path}: {store.read_only}; "
+              + _("showing the state as last saved (changes are refused until there is room)"),
+              file=sys.stderr)
         return
     live = store.instances_sync(live_only=True)
     if not live:
@@ -111,10 +115,16 @@ def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
 def report_unreadable(store: SessionStore) -> None:
     """Rows the store skipped because they cannot be read: one line each on stderr."""
     for message in store.unreadable.values():
-        print(f"gputui: {message} — skipped and left untouched", file=sys.stderr)
+        print("gputui: " + _("{message} — skipped and left untouched").format(message=message),
+              file=sys.stderr)
 
 
-def add_json(parser: argparse.ArgumentParser, help: str = "print JSON") -> None:
-    parser.add_argument("--json", action="store_true", help=help)
+def _severity(severity: object) -> str:
+    words = {"information": _("information"), "warning": _("warning"), "error": _("error")}
+    return words.get(str(severity), str(severity))
+
+
+def add_json(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    parser.add_argument("--json", action="store_true", help=help or _("print JSON"))
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from gputui.cli.output import CommandError, add_json, print_json
+from gputui.i18n import _
 
 
 def _root() -> Path:
@@ -30,8 +31,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     root = _root()
     pid = daemon_pid(root)
     if pid is not None:
-        raise CommandError(f"the sandbox daemon already runs (pid {pid}); "
-                           "`gputui sandbox stop` first to serve it in the foreground")
+        raise CommandError(_("the sandbox daemon already runs (pid {pid}); `gputui sandbox stop` first to serve it in the foreground").format(pid=pid))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
@@ -40,7 +40,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     if code == 3:
-        raise CommandError("another sandbox daemon started meanwhile; it serves the sandbox")
+        raise CommandError(_("another sandbox daemon started meanwhile; it serves the sandbox"))
     return code
 
 
@@ -58,11 +58,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json({"running": status is not None, **(status or {"root": str(root)})})
         return 0
     if status is None:
-        print(f"sandbox daemon: not running (it starts when the sandbox is next used) · {root}")
+        print(_("sandbox daemon: not running (it starts when the sandbox is next used) · {root}").format(root=root))
         return 0
     instances = status.get("instances", [])
-    print(f"sandbox daemon: running, pid {status['pid']} · {len(instances)} instance(s) · "
-          f"{status['root']}")
+    print(_("sandbox daemon: running, pid {pid} · {n_instances} instance(s) · {root}").format(pid=status['pid'], n_instances=len(instances), root=status['root']))
     for rec in instances:
         periods = rec.get("periods") or []
         state = ("booting" if not periods else
@@ -80,21 +79,20 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"stopped": pid is not None, "pid": pid})
     elif pid is None:
-        print("sandbox daemon: not running")
+        print(_("sandbox daemon: not running"))
     else:
-        print(f"sandbox daemon: stopped (pid {pid}); instances still running keep billing and "
-              "are served again when the sandbox is next used")
+        print(_("sandbox daemon: stopped (pid {pid}); instances still running keep billing and are served again when the sandbox is next used").format(pid=pid))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("sandbox", help="the simulated cloud's own process: serve, status, stop")
+    s = sub.add_parser("sandbox", help=_("the simulated cloud's own process: serve, status, stop"))
     ss = s.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
-    p = ss.add_parser("serve", help="run the sandbox daemon in the foreground (Ctrl+C stops it)")
+    p = ss.add_parser("serve", help=_("run the sandbox daemon in the foreground (Ctrl+C stops it)"))
     p.set_defaults(handler=cmd_serve)
-    p = ss.add_parser("status", help="is the sandbox daemon running, and what does it serve")
+    p = ss.add_parser("status", help=_("is the sandbox daemon running, and what does it serve"))
     add_json(p)
     p.set_defaults(handler=cmd_status)
-    p = ss.add_parser("stop", help="stop the sandbox daemon (instances keep running)")
+    p = ss.add_parser("stop", help=_("stop the sandbox daemon (instances keep running)"))
     add_json(p)
     p.set_defaults(handler=cmd_stop)

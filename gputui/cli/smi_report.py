@@ -11,6 +11,8 @@ from typing import IO, TYPE_CHECKING, Any
 from gputui.cli.output import print_json
 from gputui.errors import EXIT_ERROR as EXIT_FAIL
 from gputui.errors import EXIT_OK
+from gputui.i18n import N_, shown
+from gputui.i18n import Deferred as D
 from gputui.nvidia.diagnose import diagnose_nvidia_smi
 from gputui.nvidia.nvsmi import NvsmiParseError
 from gputui.services.smi import (
@@ -25,7 +27,6 @@ from gputui.services.smi import (
     snapshot_instance,
     snapshot_json,
 )
-from gputui.services.telemetry import diagnosis_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,7 +41,7 @@ def _emit(out: IO[str], text: str) -> None:
 
 
 def _fail_line(err: IO[str], what: str, diag: Diagnosis) -> None:
-    _emit(err, f"gputui: {what}: {diagnosis_text(diag)}")
+    _emit(err, f"gputui: {what}: {diag.line()}")
 
 
 def _print_snapshot(snap: Snapshot, as_json: bool, out: IO[str]) -> None:
@@ -146,7 +147,7 @@ def _print_checks(target: str, checks: Sequence[Check], as_json: bool, out: IO[s
         print_json({"target": target, "ok": not failed,
                     "checks": [asdict(c) for c in checks]}, out)
     else:
-        _emit(out, f"gputui doctor: {target}")
+        _emit(out, f"gputui doctor: {shown(target)}")
         for c in checks:
             _emit(out, c.line())
     return EXIT_FAIL if failed else EXIT_OK
@@ -155,7 +156,8 @@ def _print_checks(target: str, checks: Sequence[Check], as_json: bool, out: IO[s
 def doctor_local(*, as_json: bool = False, out: IO[str] | None = None, **facts_kw: Any) -> int:
     """`gputui doctor [--local] [--json]`."""
     facts = local_facts(**facts_kw)
-    return _print_checks("this machine", evaluate_checks(facts), as_json, out or sys.stdout)
+    return _print_checks(D(N_("this machine")), evaluate_checks(facts), as_json,
+                         out or sys.stdout)
 
 
 async def doctor_remote(

@@ -11,6 +11,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
+from gputui.i18n import N_, _
 from gputui.nvidia.nvsmi import sanitize
 
 __all__ = ["DIAGNOSES", "Diagnosis", "diagnose_nvidia_smi"]
@@ -26,12 +27,25 @@ class Diagnosis(BaseModel):
     code: str
     detail: str | None = None  # the tool's own message, sanitised, where it helps
 
+    # `problem` and `fix` stay English (JSON, logs); people read them in their language.
+    @property
+    def problem_text(self) -> str:
+        """`problem` in the interface language."""
+        return _(self.problem)
 
-_PYTORCH_NOTE = (
-    " If nvidia-smi works but PyTorch says CUDA is unavailable, the installed torch is a "
-    "CPU-only build: reinstall it from the CUDA wheel index "
-    "(pip install torch --index-url https://download.pytorch.org/whl/cu124)."
-)
+    @property
+    def fix_text(self) -> str:
+        """`fix` in the interface language."""
+        return _(self.fix)
+
+    def line(self) -> str:
+        """The one-line form for people, in the interface language (in English, the same as
+        `gputui.services.telemetry.diagnosis_text`, which the store keeps)."""
+        text = _("{problem} Fix: {fix}").format(problem=self.problem_text, fix=self.fix_text)
+        if self.detail:
+            text += _(" (said: {detail})").format(detail=self.detail)
+        return text
+
 
 #: Every diagnosis this module (and `gputui.nvidia.nvml`) can give, by code.
 DIAGNOSES: dict[str, Diagnosis] = {
@@ -39,18 +53,21 @@ DIAGNOSES: dict[str, Diagnosis] = {
     for d in (
         Diagnosis(
             code="nvidia-smi-missing",
-            problem="nvidia-smi is not installed on this machine (command not found).",
-            fix=(
+            problem=N_("nvidia-smi is not installed on this machine (command not found)."),
+            fix=N_(
                 "Install the NVIDIA driver (e.g. `sudo apt install nvidia-driver-550` or "
                 "`sudo ubuntu-drivers install`), then reboot. In a container, run it with "
                 "`--gpus all` and the NVIDIA Container Toolkit so the host's driver tools are "
-                "mounted in. A machine without an NVIDIA GPU cannot be monitored." + _PYTORCH_NOTE
+                "mounted in. A machine without an NVIDIA GPU cannot be monitored."
+                " If nvidia-smi works but PyTorch says CUDA is unavailable, the installed torch is a "
+                "CPU-only build: reinstall it from the CUDA wheel index "
+                "(pip install torch --index-url https://download.pytorch.org/whl/cu124)."
             ),
         ),
         Diagnosis(
             code="driver-not-loaded",
-            problem="nvidia-smi cannot talk to the NVIDIA driver: the kernel module is not loaded.",
-            fix=(
+            problem=N_("nvidia-smi cannot talk to the NVIDIA driver: the kernel module is not loaded."),
+            fix=N_(
                 "Load or reinstall the driver: `sudo modprobe nvidia`; if that fails, reinstall "
                 "the driver package and reboot (a kernel or driver upgrade without a reboot, or "
                 "Secure Boot refusing an unsigned module, are the usual causes)."
@@ -58,11 +75,11 @@ DIAGNOSES: dict[str, Diagnosis] = {
         ),
         Diagnosis(
             code="driver-library-mismatch",
-            problem=(
+            problem=N_(
                 "NVML driver/library version mismatch: the driver packages were upgraded but the "
                 "old kernel module is still loaded."
             ),
-            fix=(
+            fix=N_(
                 "Reboot the machine (or unload and reload the nvidia kernel modules with nothing "
                 "using the GPU). To stop it recurring, hold the driver packages back from "
                 "unattended upgrades."
@@ -70,11 +87,11 @@ DIAGNOSES: dict[str, Diagnosis] = {
         ),
         Diagnosis(
             code="nvml-unknown-error",
-            problem=(
+            problem=N_(
                 "NVML failed with 'Unknown Error'. Inside a container this usually means the "
                 "container lost access to the GPU device files."
             ),
-            fix=(
+            fix=N_(
                 "Restart the container: a `systemctl daemon-reload` on the host (or a cgroup "
                 "change) removes the /dev/nvidia* device mounts from running containers. Start "
                 "containers with `--gpus all` through the NVIDIA Container Toolkit (with the "
@@ -84,33 +101,36 @@ DIAGNOSES: dict[str, Diagnosis] = {
         ),
         Diagnosis(
             code="no-devices",
-            problem="The NVIDIA driver is running but no GPU is visible (No devices were found).",
-            fix=(
+            problem=N_("The NVIDIA driver is running but no GPU is visible (No devices were found)."),
+            fix=N_(
                 "In a container, pass the GPUs in (`docker run --gpus all`, NVIDIA Container "
                 "Toolkit installed); check CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES; on a "
-                "VM, check the GPU is attached (`lspci | grep -i nvidia`)." + _PYTORCH_NOTE
+                "VM, check the GPU is attached (`lspci | grep -i nvidia`)."
+                " If nvidia-smi works but PyTorch says CUDA is unavailable, the installed torch is a "
+                "CPU-only build: reinstall it from the CUDA wheel index "
+                "(pip install torch --index-url https://download.pytorch.org/whl/cu124)."
             ),
         ),
         Diagnosis(
             code="permission-denied",
-            problem="Permission denied: this user may not use the NVIDIA devices or tools.",
-            fix=(
+            problem=N_("Permission denied: this user may not use the NVIDIA devices or tools."),
+            fix=N_(
                 "Check /dev/nvidia* permissions (the user usually needs the `video` group, or run "
                 "as root); in a container, make sure the devices are passed in with `--gpus all`."
             ),
         ),
         Diagnosis(
             code="gpu-lost",
-            problem="A GPU has fallen off the bus or needs a reset.",
-            fix=(
+            problem=N_("A GPU has fallen off the bus or needs a reset."),
+            fix=N_(
                 "Stop using this instance: reboot it, or release it and report the machine to the "
                 "provider (hardware or power fault; see `dmesg | grep -i xid`)."
             ),
         ),
         Diagnosis(
             code="nvml-library-missing",
-            problem="The NVML library (libnvidia-ml.so.1) was not found: no NVIDIA driver here.",
-            fix=(
+            problem=N_("The NVML library (libnvidia-ml.so.1) was not found: no NVIDIA driver here."),
+            fix=N_(
                 "Install the NVIDIA driver (it ships libnvidia-ml). In a container, run with "
                 "`--gpus all` and the NVIDIA Container Toolkit, which mounts it from the host. "
                 "On a machine without an NVIDIA GPU, monitor a remote instance instead."
@@ -118,16 +138,16 @@ DIAGNOSES: dict[str, Diagnosis] = {
         ),
         Diagnosis(
             code="nvml-function-missing",
-            problem="The installed driver's NVML lacks a function this program asked for.",
-            fix=(
+            problem=N_("The installed driver's NVML lacks a function this program asked for."),
+            fix=N_(
                 "Upgrade the NVIDIA driver, or install an nvidia-ml-py version matching it "
                 "(`pip install 'nvidia-ml-py<VERSION'`)."
             ),
         ),
         Diagnosis(
             code="nvidia-smi-failed",
-            problem="nvidia-smi failed.",
-            fix=(
+            problem=N_("nvidia-smi failed."),
+            fix=N_(
                 "Run `nvidia-smi` on the machine to see the full message; a reboot after driver "
                 "updates fixes most cases."
             ),

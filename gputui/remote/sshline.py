@@ -17,6 +17,7 @@ import ipaddress
 import re
 import shlex
 
+from gputui.i18n import N_, _
 from gputui.models import SSHEndpoint
 
 __all__ = ["parse_ssh_line"]
@@ -25,8 +26,8 @@ __all__ = ["parse_ssh_line"]
 _WITH_ARG = set("BbcDEeFIiJLlmOoPpQRSWw")
 _NO_ARG = set("46AaCfGgKkMNnqsTtVvXxYy")
 # Options that would change where we actually connect: refuse rather than silently ignore.
-_UNSUPPORTED = {"J": "jump hosts (-J)", "W": "stdio forwarding (-W)"}
-_UNSUPPORTED_O = {"proxyjump": "jump hosts (ProxyJump)", "proxycommand": "ProxyCommand"}
+_UNSUPPORTED = {"J": N_("jump hosts (-J)"), "W": N_("stdio forwarding (-W)")}
+_UNSUPPORTED_O = {"proxyjump": N_("jump hosts (ProxyJump)"), "proxycommand": "ProxyCommand"}
 
 _HOST_RE = re.compile(r"^[A-Za-z0-9_.\-%]+$")
 
@@ -35,9 +36,9 @@ def _port(text: str, where: str) -> int:
     try:
         value = int(text, 10)
     except ValueError:
-        raise ValueError(f"bad port {text!r} in {where}: not a number") from None
+        raise ValueError(_("bad port {text} in {where}: not a number").format(text=repr(text), where=where)) from None
     if not 1 <= value <= 65535:
-        raise ValueError(f"bad port {text!r} in {where}: must be 1-65535")
+        raise ValueError(_("bad port {text} in {where}: must be 1-65535").format(text=repr(text), where=where))
     return value
 
 
@@ -47,33 +48,33 @@ def _split_destination(dest: str) -> tuple[str | None, str, int | None]:
         dest = dest[len("ssh://") :].rstrip("/")
     user: str | None = None
     if "@" in dest:
-        user, _, dest = dest.rpartition("@")
+        user, _sep, dest = dest.rpartition("@")
         if not user:
-            raise ValueError("empty user name before '@'")
+            raise ValueError(_("empty user name before '@'"))
     port: int | None = None
     if dest.startswith("["):
         close = dest.find("]")
         if close < 0:
-            raise ValueError(f"unclosed '[' in host {dest!r}")
+            raise ValueError(_("unclosed '[' in host {dest}").format(dest=repr(dest)))
         host, rest = dest[1:close], dest[close + 1 :]
         if rest:
             if not rest.startswith(":"):
-                raise ValueError(f"unexpected {rest!r} after ']' in {dest!r}")
+                raise ValueError(_("unexpected {rest} after ']' in {dest}").format(rest=repr(rest), dest=repr(dest)))
             port = _port(rest[1:], dest)
     elif dest.count(":") == 1:
-        host, _, port_text = dest.partition(":")
+        host, _sep, port_text = dest.partition(":")
         port = _port(port_text, dest)
     else:
         host = dest  # a plain name, or a bare IPv6 address (several colons)
     if not host:
-        raise ValueError(f"no host in {dest!r}")
+        raise ValueError(_("no host in {dest}").format(dest=repr(dest)))
     if ":" in host:
         try:
             ipaddress.IPv6Address(host.split("%", 1)[0])
         except ValueError:
-            raise ValueError(f"bad host {host!r}: not a host name or IPv6 address") from None
+            raise ValueError(_("bad host {host}: not a host name or IPv6 address").format(host=repr(host))) from None
     elif not _HOST_RE.match(host):
-        raise ValueError(f"bad host {host!r}")
+        raise ValueError(_("bad host {host}").format(host=repr(host)))
     return user, host, port
 
 
@@ -81,15 +82,15 @@ def parse_ssh_line(line: str) -> SSHEndpoint:
     """Turn `ssh -p 2222 root@host` (and the other usual forms) into an `SSHEndpoint`."""
     text = (line or "").strip()
     if not text:
-        raise ValueError("empty ssh line: expected something like 'ssh -p PORT root@HOST'")
+        raise ValueError(_("empty ssh line: expected something like 'ssh -p PORT root@HOST'"))
     try:
         tokens = shlex.split(text)
     except ValueError as exc:
-        raise ValueError(f"cannot parse ssh line: {exc}") from None
+        raise ValueError(_("cannot parse ssh line: {exc}").format(exc=exc)) from None
     if tokens and (tokens[0] == "ssh" or tokens[0].endswith("/ssh")):
         tokens = tokens[1:]
     if not tokens:
-        raise ValueError("no host in ssh line: expected something like 'ssh -p PORT root@HOST'")
+        raise ValueError(_("no host in ssh line: expected something like 'ssh -p PORT root@HOST'"))
 
     flag_port: int | None = None
     flag_user: str | None = None
@@ -105,7 +106,7 @@ def parse_ssh_line(line: str) -> SSHEndpoint:
             if destination is None and rest:
                 destination, rest = rest[0], rest[1:]
             if rest:
-                raise ValueError(f"unexpected extra argument {rest[0]!r}: only one host expected")
+                raise ValueError(_("unexpected extra argument {arg}: only one host expected").format(arg=repr(rest[0])))
             break
         if tok.startswith("-") and len(tok) > 1:
             # A cluster of flags: -tt, -4v, -p2222, -i~/.ssh/key
@@ -116,13 +117,13 @@ def parse_ssh_line(line: str) -> SSHEndpoint:
                     j += 1
                     continue
                 if flag not in _WITH_ARG:
-                    raise ValueError(f"unknown ssh option -{flag}")
+                    raise ValueError(_("unknown ssh option -{flag}").format(flag=flag))
                 if flag in _UNSUPPORTED:
-                    raise ValueError(f"{_UNSUPPORTED[flag]} not supported: give the final host")
+                    raise ValueError(_("{what} not supported: give the final host").format(what=_(_UNSUPPORTED[flag])))
                 value = tok[j + 1 :]
                 if not value:
                     if i >= len(tokens):
-                        raise ValueError(f"option -{flag} needs an argument")
+                        raise ValueError(_("option -{flag} needs an argument").format(flag=flag))
                     value = tokens[i]
                     i += 1
                 if flag == "p":
@@ -134,11 +135,11 @@ def parse_ssh_line(line: str) -> SSHEndpoint:
                 elif flag == "o":
                     name, sep, val = value.partition("=")
                     if not sep:
-                        name, _, val = value.partition(" ")
+                        name, _sep, val = value.partition(" ")
                     name, val = name.strip().lower(), val.strip()
                     if name in _UNSUPPORTED_O:
                         raise ValueError(
-                            f"{_UNSUPPORTED_O[name]} not supported: give the final host"
+                            _("{what} not supported: give the final host").format(what=_(_UNSUPPORTED_O[name]))
                         )
                     if name == "port" and val:
                         flag_port = _port(val, f"-o {value}")
@@ -150,15 +151,16 @@ def parse_ssh_line(line: str) -> SSHEndpoint:
             continue
         if destination is not None:
             raise ValueError(
-                f"unexpected extra argument {tok!r} after host {destination!r}: only one host expected"
+                _("unexpected extra argument {arg} after host {destination}: only one host expected").format(
+                    arg=repr(tok), destination=repr(destination))
             )
         destination = tok
 
     if destination is None:
-        raise ValueError("no host in ssh line: expected something like 'ssh -p PORT root@HOST'")
+        raise ValueError(_("no host in ssh line: expected something like 'ssh -p PORT root@HOST'"))
     user, host, dest_port = _split_destination(destination)
     if dest_port is not None and flag_port is not None and dest_port != flag_port:
-        raise ValueError(f"conflicting ports: {dest_port} in {destination!r} and {flag_port} given")
+        raise ValueError(_("conflicting ports: {dest_port} in {destination} and {flag_port} given").format(dest_port=dest_port, destination=repr(destination), flag_port=flag_port))
     port = dest_port if dest_port is not None else flag_port
     return SSHEndpoint(
         host=host,

@@ -38,6 +38,7 @@ from gputui.catalog import (
 from gputui.catalog.fit import FitEstimate, FitOption
 from gputui.catalog.jobcost import BreakEven, JobCost
 from gputui.format import short_gpu
+from gputui.i18n import _
 from gputui.models import Offer
 
 PRICE_NOTE = "reference prices with their date, not live quotes"
@@ -305,7 +306,8 @@ def get_column(key: str) -> Column:
     wanted = key.strip().lower().replace("-", "_")
     if wanted in COLUMN_BY_KEY:
         return COLUMN_BY_KEY[wanted]
-    raise CatalogError(f"unknown sort column {key!r}; one of: {', '.join(COLUMN_BY_KEY)}")
+    raise CatalogError(_("unknown sort column {key}; one of: {columns}").format(
+        key=repr(key), columns=", ".join(COLUMN_BY_KEY)))
 
 
 def sort_cards(

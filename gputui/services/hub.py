@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from gputui.config import Config, ensure_state_dir
 from gputui.errors import BadInput
 from gputui.format import format_money
+from gputui.i18n import _
 from gputui.models import (
     EndReason,
     Instance,
@@ -233,11 +234,12 @@ class Services:
             return self.providers[name]
         except KeyError:
             known = ", ".join(sorted(self.providers))
-            hint = {"autodl": " — autodl needs a token: set AUTODL_TOKEN, or token under "
-                              "[providers.autodl] in config.toml (mode 0600)",
-                    "lambda": " — set LAMBDA_API_KEY"}.get(name, "")
-            raise InvalidRequest(f"unknown or disabled provider {name!r} (available: {known})"
-                                 f"{hint}") from None
+            hint = {"autodl": _(" — autodl needs a token: set AUTODL_TOKEN, or token under "
+                                "[providers.autodl] in config.toml (mode 0600)"),
+                    "lambda": _(" — set LAMBDA_API_KEY")}.get(name, "")
+            raise InvalidRequest(_("unknown or disabled provider {name} (available: "
+                                   "{known})").format(name=repr(name), known=known)
+                                 + hint) from None
 
     async def offers(self, provider: str) -> list[Offer]:
         try:
@@ -333,7 +335,8 @@ class Services:
 
         check_label(name, "name")
         if any(i.name == name for i in self.store.instances_sync(live_only=True)):
-            raise InvalidRequest(f"an instance named {name!r} is running already; choose another name")
+            raise InvalidRequest(_("an instance named {name} is running already; choose another "
+                                   "name").format(name=repr(name)))
 
     async def sweep_strays(self, *, within: timedelta = timedelta(days=2)) -> list[str]:
         """Find instances a provider runs for a record this store wrote off as never launched

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from gputui.i18n import _
 from gputui.models import EndReason, Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
 from gputui.services.arming import (  # noqa: F401 - re-exported: where they always were
     WATCHDOG_FILE,
@@ -96,7 +97,7 @@ class LeaseService(LeaseArmer):
             base = lease.release_at if lease.release_at and lease.release_at > now else now
             new_at = as_utc(to) if to is not None else base + (by or timedelta(hours=1))
             if new_at <= now:
-                raise InvalidRequest("extend: the new release time is in the past")
+                raise InvalidRequest(_("extend: the new release time is in the past"))
             if new_at - now > MAX_LEASE:  # the same cap as create: a year from now
                 check_release_at(new_at, "extend", now)
             return lease.model_copy(update={"release_at": new_at, "no_timer_confirmed": False,

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.errors import GputuiError
+from gputui.i18n import N_, _
+from gputui.i18n import Deferred as D
 from gputui.models import GpuSample, HostInventory, Instance, ProcessSample
 from gputui.nvidia.diagnose import DIAGNOSES, Diagnosis, diagnose_nvidia_smi
 from gputui.nvidia.nvsmi import (
@@ -43,7 +45,7 @@ from gputui.nvidia.nvsmi import (
     sanitize,
     xml_samples,
 )
-from gputui.services.telemetry import diagnosis_text, read_processes
+from gputui.services.telemetry import read_processes
 
 if TYPE_CHECKING:
     from gputui.services.hub import Services
@@ -77,7 +79,7 @@ class Snapshot:
 
 class SnapshotFailed(GputuiError):
     def __init__(self, diagnosis: Diagnosis) -> None:
-        super().__init__(diagnosis_text(diagnosis))
+        super().__init__(diagnosis.line())
         self.diagnosis = diagnosis
 
 
@@ -239,10 +241,17 @@ class Check:
     fix: str | None = None
 
     def line(self) -> str:
-        text = f"{self.status.upper() if self.status != 'ok' else 'ok':<4}  {self.name}: {self.message}"
+        """The check for people: a diagnosis's problem and fix in the interface language (the
+        JSON keeps them in English)."""
+        text = f"{self.status.upper() if self.status != 'ok' else 'ok':<4}  {self.name}: {_shown(self.message)}"
         if self.fix and self.status != "ok":
-            text += f" — fix: {self.fix}"
+            text += _(" — fix: {fix}").format(fix=_shown(self.fix))
         return text
+
+
+def _shown(message: str) -> str:
+    """A check's message or fix in the interface language (JSON keeps the English)."""
+    return message.translated() if isinstance(message, D) else _(message)
 
 
 @dataclass
@@ -436,7 +445,7 @@ def parse_remote(where: str, stdout: str) -> Facts:
         facts.samples = samples
         facts.processes = assign_gpu_indices(procs, samples)
     for line in sections.get("env", []):
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
             facts.env[key] = None if value == "<unset>" else sanitize(value, 200)
     facts.container = [sanitize(x, 40) for x in sections.get("container", []) if x.strip()]
@@ -464,10 +473,13 @@ def evaluate_checks(facts: Facts) -> list[Check]:
     if facts.nvml_checked:
         if facts.nvml_diagnosis is None:
             names = ", ".join(sorted(set(facts.nvml_names))) or "?"
-            checks.append(Check("nvml", "ok", f"NVML sees {facts.nvml_gpus} GPU(s): {names}"))
+            checks.append(Check("nvml", "ok", D(N_("NVML sees {n} GPU(s): {names}"),
+                                                n=facts.nvml_gpus, names=names)))
         else:
             d = facts.nvml_diagnosis
-            checks.append(Check("nvml", "fail", d.problem + (f" ({d.detail})" if d.detail else ""),
+            problem = D(d.problem)
+            checks.append(Check("nvml", "fail", D(N_("{problem} ({detail})"), problem=problem,
+                                                  detail=d.detail) if d.detail else problem,
                                 d.fix))
 
     if not facts.smi_path and facts.smi_rc in (None, 127):
@@ -475,23 +487,25 @@ def evaluate_checks(facts: Facts) -> list[Check]:
         checks.append(Check("nvidia-smi", "fail", smi_diag.problem, smi_diag.fix))
     elif smi_ok:
         checks.append(Check("nvidia-smi", "ok",
-                            f"{facts.smi_path or 'nvidia-smi'} ran fine (exit 0), "
-                            f"{len(facts.samples)} GPU(s)"))
+                            D(N_("{path} ran fine (exit 0), {n} GPU(s)"),
+                              path=facts.smi_path or "nvidia-smi", n=len(facts.samples))))
     else:
         smi_diag = diagnose_nvidia_smi(facts.smi_output, facts.smi_rc if facts.smi_rc is not None
                                        else 1) or DIAGNOSES["nvidia-smi-failed"]
-        said = f" (said: {smi_diag.detail})" if smi_diag.detail else ""
+        said = D(N_(" (said: {detail})"), detail=smi_diag.detail) if smi_diag.detail else ""
         checks.append(Check("nvidia-smi", "fail",
-                            f"exit status {facts.smi_rc}: {smi_diag.problem}{said}", smi_diag.fix))
+                            D(N_("exit status {rc}: {problem}{said}"), rc=facts.smi_rc,
+                              problem=D(smi_diag.problem), said=said), smi_diag.fix))
 
     # Driver and CUDA versions.
     if facts.driver_version or facts.cuda_version:
-        checks.append(Check("driver", "ok", f"driver {facts.driver_version or '?'}, "
-                                            f"CUDA {facts.cuda_version or '?'} (driver API)"))
+        checks.append(Check("driver", "ok", D(N_("driver {driver}, CUDA {cuda} (driver API)"),
+                                              driver=facts.driver_version or "?",
+                                              cuda=facts.cuda_version or "?")))
     else:
         checks.append(Check("driver", "fail" if not smi_ok else "warn",
-                            "driver and CUDA versions unknown (no working driver found)",
-                            "install the NVIDIA driver (see the nvidia-smi check above)"))
+                            D(N_("driver and CUDA versions unknown (no working driver found)")),
+                            D(N_("install the NVIDIA driver (see the nvidia-smi check above)"))))
 
     # CUDA_VISIBLE_DEVICES.
     checks.append(_visible_devices_check(facts))
@@ -511,12 +525,13 @@ def _visible_devices_check(facts: Facts) -> Check:
     value = facts.env.get("CUDA_VISIBLE_DEVICES")
     count = len(facts.samples) or facts.nvml_gpus or 0
     if value is None:
-        return Check("CUDA_VISIBLE_DEVICES", "ok", "not set: programs see every GPU")
+        return Check("CUDA_VISIBLE_DEVICES", "ok", D(N_("not set: programs see every GPU")))
     stripped = value.strip()
     if stripped in ("", "-1", "none", "None", "NoDevFiles"):
         return Check("CUDA_VISIBLE_DEVICES", "warn",
-                     f"set to {value!r}: CUDA programs see no GPU at all",
-                     "unset it (`unset CUDA_VISIBLE_DEVICES`) or list the GPUs to use, e.g. 0,1")
+                     D(N_("set to {value}: CUDA programs see no GPU at all"), value=repr(value)),
+                     D(N_("unset it (`unset CUDA_VISIBLE_DEVICES`) or list the GPUs to use, "
+                          "e.g. 0,1")))
     bad = []
     for part in stripped.split(","):
         part = part.strip()
@@ -524,10 +539,12 @@ def _visible_devices_check(facts: Facts) -> Check:
             bad.append(part)
     if bad:
         return Check("CUDA_VISIBLE_DEVICES", "warn",
-                     f"set to {value!r} but this machine has {count} GPU(s): "
-                     f"{', '.join(bad)} do not exist (CUDA stops at the first bad entry)",
-                     f"use indexes 0..{count - 1} or GPU UUIDs")
-    return Check("CUDA_VISIBLE_DEVICES", "ok", f"set to {value!r}: programs see only those GPUs")
+                     D(N_("set to {value} but this machine has {n} GPU(s): {bad} do not exist "
+                          "(CUDA stops at the first bad entry)"),
+                       value=repr(value), n=count, bad=", ".join(bad)),
+                     D(N_("use indexes 0..{last} or GPU UUIDs"), last=count - 1))
+    return Check("CUDA_VISIBLE_DEVICES", "ok",
+                 D(N_("set to {value}: programs see only those GPUs"), value=repr(value)))
 
 
 def _container_check(facts: Facts, gpus_work: bool) -> Check:
@@ -536,49 +553,53 @@ def _container_check(facts: Facts, gpus_work: bool) -> Check:
     if facts.container:
         where = ", ".join(facts.container)
         if gpus_work:
-            return Check("container", "ok", f"in a container ({where}); the GPUs are visible")
+            return Check("container", "ok",
+                         D(N_("in a container ({where}); the GPUs are visible"), where=where))
         if not has_dev:
+            fix = D(N_("start it with `docker run --gpus all` (NVIDIA Container Toolkit "
+                       "installed on the host) or the platform's GPU option"))
+            if nv_env is not None:
+                fix = D(N_("{fix}; NVIDIA_VISIBLE_DEVICES is set to {value}"), fix=fix,
+                        value=repr(nv_env))
             return Check("container", "fail",
-                         f"in a container ({where}) without /dev/nvidia* devices: the GPUs were "
-                         "not passed in",
-                         "start it with `docker run --gpus all` (NVIDIA Container Toolkit "
-                         "installed on the host) or the platform's GPU option"
-                         + ("; NVIDIA_VISIBLE_DEVICES is set to "
-                            f"{nv_env!r}" if nv_env is not None else ""))
+                         D(N_("in a container ({where}) without /dev/nvidia* devices: the GPUs "
+                              "were not passed in"), where=where),
+                         fix)
         return Check("container", "fail",
-                     f"in a container ({where}) with /dev/nvidia* devices but no working driver "
-                     "tools",
+                     D(N_("in a container ({where}) with /dev/nvidia* devices but no working "
+                          "driver tools"), where=where),
                      DIAGNOSES["nvml-unknown-error"].fix)
     if not gpus_work and not has_dev:
         return Check("container", "warn",
-                     "not a container, and no /dev/nvidia* device files: the driver is not "
-                     "loaded or there is no NVIDIA GPU",
+                     D(N_("not a container, and no /dev/nvidia* device files: the driver is not "
+                          "loaded or there is no NVIDIA GPU")),
                      DIAGNOSES["driver-not-loaded"].fix)
-    return Check("container", "ok", "not in a container")
+    return Check("container", "ok", D(N_("not in a container")))
 
 
 def _torch_check(facts: Facts) -> Check:
     t = facts.torch or {}
     if not t.get("installed"):
         if t.get("no_python"):
-            return Check("pytorch", "ok", "no Python here (nothing to check)")
-        return Check("pytorch", "ok", "PyTorch is not installed here (nothing to check)")
+            return Check("pytorch", "ok", D(N_("no Python here (nothing to check)")))
+        return Check("pytorch", "ok", D(N_("PyTorch is not installed here (nothing to check)")))
     if t.get("version") is None:
-        return Check("pytorch", "warn", f"PyTorch is installed but did not import: "
-                                        f"{t.get('error', '?')}",
-                     "reinstall it: pip install --force-reinstall torch")
+        return Check("pytorch", "warn", D(N_("PyTorch is installed but did not import: {error}"),
+                                          error=t.get("error", "?")),
+                     D(N_("reinstall it: pip install --force-reinstall torch")))
     version = t["version"]
     cuda = t.get("cuda")
     if cuda is None:
         return Check("pytorch", "fail" if (facts.samples or facts.nvml_gpus) else "warn",
-                     f"PyTorch {version} is a CPU-only build (torch.version.cuda is None): it "
-                     "cannot use the GPU",
-                     "pip install --force-reinstall torch --index-url "
-                     "https://download.pytorch.org/whl/cu124 (pick the CUDA version the driver "
-                     "supports)")
+                     D(N_("PyTorch {version} is a CPU-only build (torch.version.cuda is None): "
+                          "it cannot use the GPU"), version=version),
+                     D(N_("pip install --force-reinstall torch --index-url "
+                          "https://download.pytorch.org/whl/cu124 (pick the CUDA version the "
+                          "driver supports)")))
     if t.get("available"):
         return Check("pytorch", "ok",
-                     f"PyTorch {version} (CUDA {cuda}) sees {t.get('count', '?')} GPU(s)")
+                     D(N_("PyTorch {version} (CUDA {cuda}) sees {n} GPU(s)"), version=version,
+                       cuda=cuda, n=t.get("count", "?")))
     said = " ".join([*t.get("warnings", []), t.get("error") or ""]).strip()
     driver_cuda = _version_tuple(facts.cuda_version)
     torch_cuda = _version_tuple(cuda)
@@ -586,16 +607,18 @@ def _torch_check(facts: Facts) -> Check:
         driver_cuda is not None and torch_cuda is not None and driver_cuda < torch_cuda)
     if too_old:
         return Check("pytorch", "fail",
-                     f"CUDA driver version is insufficient for CUDA runtime version: PyTorch "
-                     f"{version} needs CUDA {cuda}, the driver supports "
-                     f"{facts.cuda_version or 'an older CUDA'}",
-                     "upgrade the NVIDIA driver, or install a torch built for the driver's "
-                     "CUDA (e.g. --index-url https://download.pytorch.org/whl/cu118)")
+                     D(N_("CUDA driver version is insufficient for CUDA runtime version: "
+                          "PyTorch {version} needs CUDA {cuda}, the driver supports {supported}"),
+                       version=version, cuda=cuda,
+                       supported=facts.cuda_version or D(N_("an older CUDA"))),
+                     D(N_("upgrade the NVIDIA driver, or install a torch built for the driver's "
+                          "CUDA (e.g. --index-url https://download.pytorch.org/whl/cu118)")))
+    cannot = D(N_("PyTorch {version} (CUDA {cuda}) cannot see a GPU"), version=version, cuda=cuda)
     return Check("pytorch", "fail",
-                 f"PyTorch {version} (CUDA {cuda}) cannot see a GPU"
-                 + (f": {sanitize(said, 200)}" if said else ""),
-                 "fix the driver checks above first; check CUDA_VISIBLE_DEVICES; in a container "
-                 "pass the GPUs in with --gpus all")
+                 D(N_("{problem}: {said}"), problem=cannot, said=sanitize(said, 200))
+                 if said else cannot,
+                 D(N_("fix the driver checks above first; check CUDA_VISIBLE_DEVICES; in a "
+                      "container pass the GPUs in with --gpus all")))
 
 
 def _leftover_check(facts: Facts) -> Check:
@@ -606,11 +629,12 @@ def _leftover_check(facts: Facts) -> Check:
         and util.get(p.gpu_index) is not None and (util.get(p.gpu_index) or 0) <= 1
     ]
     if not facts.samples:
-        return Check("leftover processes", "ok", "no GPU readings to check")
+        return Check("leftover processes", "ok", D(N_("no GPU readings to check")))
     if not leftovers:
         n = len(facts.processes)
         return Check("leftover processes", "ok",
-                     f"no idle process holds GPU memory ({n} GPU process{'es' if n != 1 else ''})")
+                     D(N_("no idle process holds GPU memory ({n} GPU process)") if n == 1 else
+                       N_("no idle process holds GPU memory ({n} GPU processes)"), n=n))
     desc = ", ".join(
         f"PID {p.pid} ({_short_cmd(p.name, 30)}) {p.used_memory_mib or 0:.0f} MiB on GPU "
         f"{p.gpu_index}" for p in leftovers[:5])
@@ -618,5 +642,7 @@ def _leftover_check(facts: Facts) -> Check:
     how = (f"gputui ssh {shlex.quote(facts.where)} -- kill {pids}" if facts.remote
            else f"kill {pids}")
     return Check("leftover processes", "warn",
-                 f"memory held on idle GPUs: {desc} — finished or hung jobs?",
-                 f"if they are leftovers, kill them: `{how}` (or k in the Monitor)")
+                 D(N_("memory held on idle GPUs: {processes} — finished or hung jobs?"),
+                   processes=desc),
+                 D(N_("if they are leftovers, kill them: `{command}` (or k in the Monitor)"),
+                   command=how))
