@@ -1,7 +1,9 @@
 """Will my job fit? A GPU-memory estimate with every assumption visible, and the cards it fits.
 
-Units: bytes inside, GB (10^9 bytes) in every figure shown. Card capacities are NVIDIA's
-marketed "GB", which are GiB of physical memory (see `GpuSpec.usable_bytes`).
+Units: bytes inside, GiB (2^30 bytes) in every figure shown, as on every other screen (card
+capacities are NVIDIA's marketed "GB", which are GiB of physical memory: see
+`GpuSpec.usable_bytes`). The JSON keeps its `*_gb` fields (10^9 bytes) for scripts and adds
+`*_gib` beside them.
 
 The arithmetic is the standard one:
 * weights: parameters × bytes per parameter of the format;
@@ -544,6 +546,10 @@ class FitPart(BaseModel):
     def gb(self) -> float:
         return self.bytes / GB
 
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
 
 class FitEstimate(BaseModel):
     """GPU memory one job needs. `parts` excludes the runtime overhead, which depends on the
@@ -574,6 +580,9 @@ class FitEstimate(BaseModel):
     def gb_per_gpu(self, gpus: int = 1) -> float:
         return self.bytes_per_gpu(gpus) / GB
 
+    def gib_per_gpu(self, gpus: int = 1) -> float:
+        return self.bytes_per_gpu(gpus) / GIB
+
     @property
     def overhead(self) -> FitPart:
         rest = sum(p.bytes for p in self.parts)
@@ -600,9 +609,18 @@ class FitEstimate(BaseModel):
         return self.total_bytes / GB
 
     @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+    @property
     def breakdown(self) -> dict[str, float]:
-        """Part → GB on one GPU."""
+        """Part → GB (10^9 bytes) on one GPU (kept for scripts; see breakdown_gib)."""
         return {p.name: round(p.gb, 3) for p in self.all_parts}
+
+    @property
+    def breakdown_gib(self) -> dict[str, float]:
+        """Part → GiB on one GPU, the unit shown."""
+        return {p.name: round(p.gib, 3) for p in self.all_parts}
 
     @property
     def assumptions(self) -> list[str]:
@@ -617,14 +635,16 @@ class FitEstimate(BaseModel):
             "context": self.context,
             "batch": self.batch,
             "total_gb": round(self.total_gb, 2),
+            "total_gib": round(self.total_gib, 2),
             "breakdown": self.breakdown,
+            "breakdown_gib": self.breakdown_gib,
             "assumptions": self.assumptions,
             "notes": list(self.notes),
         }
 
 
-def _gb(n: float) -> str:
-    return f"{n / GB:.2f} GB" if n < 10 * GB else f"{n / GB:.1f} GB"
+def _gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB" if n < 10 * GIB else f"{n / GIB:.1f} GiB"
 
 
 def _count(n: float) -> str:
@@ -796,7 +816,7 @@ def estimate_fit(
                 )
             )
         notes.append(
-            f"full fine-tuning with Adam keeps 16 bytes per parameter of model state ({_gb(params * 16)}) "
+            f"full fine-tuning with Adam keeps 16 bytes per parameter of model state ({_gib(params * 16)}) "
             "before activations: about 8× the bf16 weights. Sharding it over GPUs needs FSDP or ZeRO-3"
         )
     else:
@@ -886,12 +906,12 @@ def estimate_fit(
             gradient_checkpointing=gradient_checkpointing,
         )
         msg = (
-            f"LoRA keeps the whole base model in {prec.label} ({_gb(weights)} of weights); "
-            f"QLoRA (a 4-bit NF4 base) would need about {q.total_gb:.1f} GB in total"
+            f"LoRA keeps the whole base model in {prec.label} ({_gib(weights)} of weights); "
+            f"QLoRA (a 4-bit NF4 base) would need about {q.total_gib:.1f} GiB in total"
         )
         small = 24 * GIB * 0.99
         if estimate.total_bytes > small >= q.total_bytes:
-            msg += f": a {prec.label} LoRA of {m.name} does not fit a 24 GB card, QLoRA does"
+            msg += f": a {prec.label} LoRA of {m.name} does not fit a 24 GiB card, QLoRA does"
         estimate = estimate.model_copy(update={"notes": (*estimate.notes, msg)})
     return estimate
 
@@ -920,6 +940,14 @@ class FitOption(BaseModel):
     def provider(self) -> str | None:
         return self.quote.row.provider if self.quote else None
 
+    @property
+    def need_gib_per_gpu(self) -> float:
+        return self.need_gb_per_gpu * GB / GIB
+
+    @property
+    def usable_gib(self) -> float:
+        return self.usable_gb * GB / GIB
+
     def as_dict(self) -> dict[str, object]:
         return {
             "gpu": self.name,
@@ -928,6 +956,8 @@ class FitOption(BaseModel):
             "fits": self.fits,
             "need_gb_per_gpu": round(self.need_gb_per_gpu, 2),
             "usable_gb_per_gpu": round(self.usable_gb, 2),
+            "need_gib_per_gpu": round(self.need_gib_per_gpu, 2),
+            "usable_gib_per_gpu": round(self.usable_gib, 2),
             "usd_per_hour": None if self.hourly is None else str(self.hourly),
             "provider": self.provider,
             "tier": self.quote.row.tier if self.quote else None,
@@ -991,8 +1021,8 @@ def cards_that_fit(
         if not fits:
             warnings.insert(
                 0,
-                f"does not fit {shown}×: needs {estimate.gb_per_gpu(shown):.1f} GB per GPU "
-                f"of {spec.usable_gb:.1f} GB usable",
+                f"does not fit {shown}×: needs {estimate.gib_per_gpu(shown):.1f} GiB per GPU "
+                f"of {spec.usable_gib:.1f} GiB usable",
             )
         elif q is not None and q.note:
             warnings.append(q.note)

@@ -95,6 +95,20 @@ class PriceRow(BaseModel):
         )
 
     @property
+    def caveat(self) -> str:
+        """What keeps this per-GPU price from being one a renter simply pays: 'spot' (it can be
+        taken away), '8× only' (sold only as bigger instances), both, or ''."""
+        parts = ["spot"] if self.is_spot else []
+        if 1 not in self.gpu_counts:
+            parts.append(f"{'/'.join(str(c) for c in self.gpu_counts)}× only")
+        return ", ".join(parts)
+
+    @property
+    def caveat_rank(self) -> int:
+        """0: one GPU on demand; 1: on demand in bigger instances only; 2: spot; 3: both."""
+        return (2 if self.is_spot else 0) + (0 if 1 in self.gpu_counts else 1)
+
+    @property
     def label(self) -> str:
         """Who sells it, and in what sizes where a single GPU is not one of them: a per-GPU
         price quoted for 8-GPU nodes is not a price anyone pays for one GPU."""
@@ -326,12 +340,18 @@ def cheapest_quote(
 
 def lowest_price(
     card: str, rows: Iterable[PriceRow], currency: str = "USD", include_spot: bool = True,
-    include_simulated: bool = False,
+    include_simulated: bool = False, rentable_first: bool = False,
 ) -> PriceRow | None:
-    """The row with the lowest per-GPU-hour price for `card` (any instance size)."""
+    """The row with the lowest per-GPU-hour price for `card` (any instance size).
+
+    `rentable_first`: the lowest a renter can take as it is — one GPU, on demand — and only
+    where no such row exists a spot or a multi-GPU-only one (its `caveat` says which)."""
     candidates = _priced(rows_for(card, rows, currency), include_spot, include_simulated)
     if not candidates:
         return None
+    if rentable_first:
+        return min(candidates, key=lambda r: (r.caveat_rank, r.price_per_gpu_hour, r.provider,
+                                              r.tier))
     return min(candidates, key=lambda r: (r.price_per_gpu_hour, r.provider, r.tier))
 
 
@@ -350,9 +370,10 @@ class PricePerf(BaseModel):
 
 def price_performance(
     spec: GpuSpec, rows: Iterable[PriceRow], currency: str = "USD", include_spot: bool = True,
-    include_simulated: bool = False,
+    include_simulated: bool = False, rentable_first: bool = False,
 ) -> PricePerf:
-    row = lowest_price(spec.key, rows, currency, include_spot, include_simulated)
+    row = lowest_price(spec.key, rows, currency, include_spot, include_simulated,
+                       rentable_first)
     if row is None:
         return PricePerf(
             card=spec.key,

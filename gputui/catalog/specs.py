@@ -86,6 +86,11 @@ class GpuSpec(BaseModel):
         return self.usable_bytes / 1e9
 
     @property
+    def usable_gib(self) -> float:
+        """usable_bytes in GiB, the unit shown."""
+        return self.usable_bytes / GIB
+
+    @property
     def usable_note(self) -> str:
         if self.nvidia_smi_total_mib is not None:
             basis = f"nvidia-smi reports {self.nvidia_smi_total_mib} MiB"
@@ -93,7 +98,7 @@ class GpuSpec(BaseModel):
             basis = f"{self.vram_gb:g} GiB less 1/16 for ECC on {self.memory_type}"
         else:
             basis = f"{self.vram_gb:g} GiB"
-        return f"{self.name}: {basis}, {USABLE_FRACTION:.0%} allocatable = {self.usable_gb:.1f} GB"
+        return f"{self.name}: {basis}, {USABLE_FRACTION:.0%} allocatable = {self.usable_gib:.1f} GiB"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able figures (tensor figures dense)."""

@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=_("name, vram, price (default), bandwidth, bf16, fp8, usd_per_tflop, "
                    "usd_per_gb, bw_per_usd, link, tdp, as_of, provider, arch; best first"))
     s.add_argument("--reverse", action="store_true", help=_("reverse the sort"))
-    s.add_argument("--min-vram", type=float, metavar="GB", help=_("at least this much memory"))
+    s.add_argument("--min-vram", type=float, metavar="GIB", help=_("at least this much memory (GiB)"))
     s.add_argument("--arch", metavar="NAME", help=_("architecture: ampere, ada, hopper, blackwell…"))
     s.add_argument("--provider", metavar="NAME", help=_("cards this provider prices (its prices only)"))
     s.add_argument("--interconnect", choices=["nvlink", "pcie"], help=_("NVLink, or PCIe only"))
@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--context", type=int, default=4096, metavar="T", help=_("tokens (default 4096)"))
     s.add_argument("--batch", type=int, default=1, metavar="B", help=_("sequences (default 1)"))
     s.add_argument("--lora-rank", type=int, metavar="R", help=_("LoRA rank (default 16)"))
-    s.add_argument("--json", action="store_true", help=_("print total_gb, breakdown, fits as JSON"))
+    s.add_argument("--json", action="store_true", help=_("print total_gib, breakdown_gib, fits as JSON (total_gb, breakdown: 10^9 bytes)"))
     s.set_defaults(handler=cmd_fit)
 
     s = sub.add_parser("cost", help=_("estimate before renting: N GPUs for H hours on each provider"))

@@ -114,9 +114,9 @@ def fit_command(
         _("{model} ({params:.2f} B params) · {job} · {precision} · {context:,} tokens × batch {batch}").format(model=e.model, params=e.params / 1e9, job=e.job.value, precision=e.precision, context=e.context, batch=e.batch),
         file=out,
     )
-    print(_("Needs {total_gb:.1f} GB on one GPU:").format(total_gb=e.total_gb), file=out)
+    print(_("Needs {total_gib:.1f} GiB on one GPU:").format(total_gib=e.total_gib), file=out)
     for part in e.all_parts:
-        print(f"  {part.name:<12} {part.gb:>8.2f} GB  {part.assumption}", file=out)
+        print(f"  {part.name:<12} {part.gib:>8.2f} GiB  {part.assumption}", file=out)
     for note in e.notes:
         print(_("Note: {note}").format(note=note), file=out)
     print(file=out)
@@ -125,7 +125,7 @@ def fit_command(
         print(_("It fits no card of the catalog on up to 8 GPUs."), file=out)
     else:
         _print_table(
-            ["GPU", "GPUs", "$/h", "cheapest at", "as of", "GB/GPU", "link", "notes"],
+            ["GPU", "GPUs", "$/h", "cheapest at", "as of", "GiB/GPU", "link", "notes"],
             [
                 [
                     short_gpu(o.name),
@@ -133,7 +133,7 @@ def fit_command(
                     _money(o.hourly),
                     _where_opt(o),
                     o.quote.row.as_of if o.quote else "—",
-                    f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f}",
+                    f"{o.need_gib_per_gpu:.1f}/{o.usable_gib:.1f}",
                     _link_short(o),
                     "; ".join(o.warnings),
                 ]

@@ -115,6 +115,8 @@ class CardRow:
             "pcie_gen": s.pcie_gen,
             "source": s.source,
             "lowest_price": None if low is None else _price_dict(low),
+            # what keeps that price from being one GPU on demand ("spot", "8× only"), or ""
+            "price_caveat": "" if low is None else low.caveat,
             "usd_per_gpu_hour": _num(p.usd_per_gpu_hour),
             "usd_per_bf16_tflop_hour": _num(p.usd_per_bf16_tflop_hour),
             "usd_per_gb_vram_hour": _num(p.usd_per_gb_vram_hour),
@@ -186,7 +188,20 @@ def _as_of(row: CardRow) -> str:
 
 
 def _where(row: CardRow) -> str:
-    return row.lowest.label if row.lowest else "—"
+    return f"{row.lowest.provider} {row.lowest.tier}" if row.lowest else "—"
+
+
+def _price_cell(row: CardRow) -> str:
+    """The price, and — where it is not one GPU on demand — what it is ('$1.39 spot',
+    '$2.79 8×'): never a spot or a node-only price read as the plain price."""
+    text = _money(row.perf.usd_per_gpu_hour, 2, _cur(row))
+    low = row.lowest
+    if low is None or not low.caveat:
+        return text
+    short = ["spot"] if low.is_spot else []
+    if 1 not in low.gpu_counts:
+        short.append(f"{min(low.gpu_counts)}×")
+    return f"{text} {' '.join(short)}"
 
 
 # Most important first: a narrow terminal cuts from the right.
@@ -210,9 +225,17 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "price",
         "$/GPU·h",
-        "lowest price per GPU-hour",
+        "lowest price per GPU-hour one GPU rents at on demand (else marked spot or N× only)",
         lambda r: r.perf.usd_per_gpu_hour,
-        lambda r: _money(r.perf.usd_per_gpu_hour, 2, _cur(r)),
+        _price_cell,
+    ),
+    Column(
+        "provider",
+        "Price at",
+        "provider and tier of that price",
+        lambda r: _where(r).lower() if r.lowest else None,
+        _where,
+        numeric=False,
     ),
     Column(
         "bandwidth",
@@ -247,8 +270,8 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column(
         "usd_per_gb",
-        "$/GB·h",
-        "$ per GB of VRAM per hour",
+        "$/GiB·h",
+        "$ per GiB of VRAM per hour",
         lambda r: r.perf.usd_per_gb_vram_hour,
         lambda r: _money(r.perf.usd_per_gb_vram_hour, 4, _cur(r)),
     ),
@@ -279,14 +302,6 @@ COLUMNS: tuple[Column, ...] = (
         "date of the lowest price",
         lambda r: _as_of(r) if r.lowest else None,
         _as_of,
-        numeric=False,
-    ),
-    Column(
-        "provider",
-        "Lowest at",
-        "provider and tier of the lowest price",
-        lambda r: _where(r).lower() if r.lowest else None,
-        _where,
         numeric=False,
     ),
     Column(
@@ -335,7 +350,7 @@ class Filters:
     def describe(self) -> str:
         parts = []
         if self.min_vram:
-            parts.append(f"VRAM ≥ {self.min_vram:g} GB")
+            parts.append(f"VRAM ≥ {self.min_vram:g} GiB")
         if self.arch:
             parts.append(self.arch)
         if self.provider:
@@ -468,7 +483,8 @@ def card_rows(
         # filtered to one provider, its own prices: the sandbox's are what its New screen
         # charges (simulated prices never count as the lowest anywhere else)
         out.append(CardRow(spec, price_performance(spec, mine, currency,
-                                                   include_simulated=bool(f.provider)),
+                                                   include_simulated=bool(f.provider),
+                                                   rentable_first=True),
                            tuple(mine)))
     return out
 

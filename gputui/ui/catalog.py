@@ -28,6 +28,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.coordinate import Coordinate
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import DataTable, Input, Label, Select, Static, TabbedContent, TabPane
 
 from gputui.catalog import (
@@ -122,6 +123,7 @@ class CatalogScreen(BaseScreen):
         self.marked: list[str] = []  # card keys, in marking order
         self.fit_answer: svc.FitAnswer | None = None
         self.cost_answer: svc.CostAnswer | None = None
+        self._built: set[str] = set()  # tabs other than Cards made so far
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -132,7 +134,7 @@ class CatalogScreen(BaseScreen):
                 yield Static("", id="cards-status")
                 with Horizontal(classes="bar", id="filters"):
                     yield Label("VRAM≥")
-                    yield Input(id="f-vram", compact=True, type="number", placeholder="GB")
+                    yield Input(id="f-vram", compact=True, type="number", placeholder="GiB")
                     yield Label("Arch")
                     yield Select(
                         [(a, a) for a in svc.architectures(self.specs)],
@@ -156,62 +158,117 @@ class CatalogScreen(BaseScreen):
                     )
                 yield DataTable(id="cards", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="cards-detail")
-            with TabPane("2 Compare", id="compare-tab"):
-                with VerticalScroll(id="compare"):
-                    yield Static("", id="compare-body")
-            with TabPane("3 Fit", id="fit-tab"):
-                with Horizontal(classes="bar"):
-                    yield Label("Model")
-                    yield Select(
+            # The other tabs are built on their first visit (build_tab): composing and styling
+            # all four at once made the Catalog the one slow screen switch.
+            yield TabPane("2 Compare", id="compare-tab")
+            yield TabPane("3 Fit", id="fit-tab")
+            yield TabPane("4 Cost", id="cost-tab")
+
+    def _tab_widgets(self, name: str) -> list[Widget]:
+        """The widgets of a tab other than Cards, made when the tab is first shown."""
+        if name == "compare":
+            return [VerticalScroll(Static("", id="compare-body"), id="compare")]
+        if name == "fit":
+            return [
+                Horizontal(
+                    Label("Model"),
+                    Select(
                         [(m.name, key) for key, m in MODELS.items()]
                         + [("Custom: params →", CUSTOM)],
                         id="fit-model",
                         compact=True,
                         allow_blank=False,
                         value="qwen2.5-7b",
-                    )
-                    yield Label("Job")
-                    yield Select(
-                        JOBS, id="fit-job", compact=True, allow_blank=False, value="inference"
-                    )
-                    yield Label("As")
-                    yield Select(
+                    ),
+                    Label("Job"),
+                    Select(JOBS, id="fit-job", compact=True, allow_blank=False,
+                           value="inference"),
+                    Label("As"),
+                    Select(
                         [(p.label, k) for k, p in PRECISIONS.items()],
                         id="fit-prec",
                         compact=True,
                         allow_blank=False,
                         value="bf16",
-                    )
-                with Horizontal(classes="bar"):
-                    yield Label("Context")
-                    yield Input("4096", id="fit-context", compact=True, type="integer")
-                    yield Label("Batch")
-                    yield Input("1", id="fit-batch", compact=True, type="integer")
-                    yield Input(id="fit-params", compact=True, placeholder="params 7e9")
-                    yield Input(id="fit-layers", compact=True, type="integer", placeholder="layers")
-                    yield Input(id="fit-kv", compact=True, type="integer", placeholder="kv heads")
-                    yield Input(id="fit-hd", compact=True, type="integer", placeholder="head dim")
-                yield Static("", id="fit-error")
-                with VerticalScroll(id="fit-breakdown"):
-                    yield Static("", id="fit-body")
-                yield DataTable(id="fit-table", cursor_type="row", zebra_stripes=True)
-            with TabPane("4 Cost", id="cost-tab"):
-                with Horizontal(classes="bar"):
-                    yield Label("GPU")
-                    yield Select(
-                        [(short_gpu(s.name), k) for k, s in self.specs.items()],
-                        id="cost-card",
-                        compact=True,
-                        allow_blank=False,
-                        value=self._first_priced(rows),
-                    )
-                    yield Label("GPUs")
-                    yield Input("1", id="cost-count", compact=True, type="integer")
-                    yield Label("Hours")
-                    yield Input("10", id="cost-hours", compact=True, type="number")
-                yield Static("", id="cost-error")
-                yield DataTable(id="cost-table", cursor_type="row", zebra_stripes=True)
-                yield Static("", id="cost-notes")
+                    ),
+                    classes="bar",
+                ),
+                Horizontal(
+                    Label("Context"),
+                    Input("4096", id="fit-context", compact=True, type="integer"),
+                    Label("Batch"),
+                    Input("1", id="fit-batch", compact=True, type="integer"),
+                    Input(id="fit-params", compact=True, placeholder="params 7e9"),
+                    Input(id="fit-layers", compact=True, type="integer", placeholder="layers"),
+                    Input(id="fit-kv", compact=True, type="integer", placeholder="kv heads"),
+                    Input(id="fit-hd", compact=True, type="integer", placeholder="head dim"),
+                    classes="bar",
+                ),
+                Static("", id="fit-error"),
+                VerticalScroll(Static("", id="fit-body"), id="fit-breakdown"),
+                DataTable(id="fit-table", cursor_type="row", zebra_stripes=True),
+            ]
+        return [
+            Horizontal(
+                Label("GPU"),
+                Select(
+                    [(short_gpu(s.name), k) for k, s in self.specs.items()],
+                    id="cost-card",
+                    compact=True,
+                    allow_blank=False,
+                    value=self._first_priced(self.rows),
+                ),
+                Label("GPUs"),
+                Input("1", id="cost-count", compact=True, type="integer"),
+                Label("Hours"),
+                Input("10", id="cost-hours", compact=True, type="number"),
+                classes="bar",
+            ),
+            Static("", id="cost-error"),
+            DataTable(id="cost-table", cursor_type="row", zebra_stripes=True),
+            Static("", id="cost-notes"),
+        ]
+
+    async def build_tab(self, name: str) -> None:
+        """Make a tab's widgets on its first visit (the Cards tab is made with the screen)."""
+        if name == "cards" or name in self._built:
+            return
+        self._built.add(name)
+        await self.query_one(f"#{name}-tab", TabPane).mount_all(self._tab_widgets(name))
+        if name == "fit":
+            fit = self.query_one("#fit-table", DataTable)
+            for key, label in [
+                ("gpu", "GPU"),
+                ("count", "GPUs"),
+                ("hourly", "$/h"),
+                ("where", "Cheapest at"),
+                ("as_of", "As of"),
+                ("need", "GiB/GPU need/usable"),
+                ("link", "Link"),
+                ("notes", "Notes"),
+            ]:
+                fit.add_column(label, key=key)
+            self.update_fit()
+        elif name == "cost":
+            cost = self.query_one("#cost-table", DataTable)
+            for key, label in [
+                ("provider", "Provider"),
+                ("tier", "Tier"),
+                ("cost", "Cost"),
+                ("billing", "Billing"),
+                ("package", "Package"),
+                ("rate", "$/h"),
+                ("billed", "Billed h"),
+                ("second", "If /s"),
+                ("minute", "If /min"),
+                ("hour", "If /h"),
+                ("as_of", "As of"),
+                ("notes", "Notes"),
+            ]:
+                cost.add_column(label, key=key)
+            self.update_cost()
+        else:
+            self.update_compare()
 
     def _load_rows(self) -> list[PriceRow]:
         if not self.rows:
@@ -232,37 +289,7 @@ class CatalogScreen(BaseScreen):
         super().on_mount()
         if self._price_error:
             self.notify(self._price_error, severity="error", timeout=10)
-        fit = self.query_one("#fit-table", DataTable)
-        for key, label in [
-            ("gpu", "GPU"),
-            ("count", "GPUs"),
-            ("hourly", "$/h"),
-            ("where", "Cheapest at"),
-            ("as_of", "As of"),
-            ("need", "GB/GPU need/usable"),
-            ("link", "Link"),
-            ("notes", "Notes"),
-        ]:
-            fit.add_column(label, key=key)
-        cost = self.query_one("#cost-table", DataTable)
-        for key, label in [
-            ("provider", "Provider"),
-            ("tier", "Tier"),
-            ("cost", "Cost"),
-            ("billing", "Billing"),
-            ("package", "Package"),
-            ("rate", "$/h"),
-            ("billed", "Billed h"),
-            ("second", "If /s"),
-            ("minute", "If /min"),
-            ("hour", "If /h"),
-            ("as_of", "As of"),
-            ("notes", "Notes"),
-        ]:
-            cost.add_column(label, key=key)
         self.refresh_cards()
-        self.update_fit()
-        self.update_cost()
         self.query_one("#cards", DataTable).focus()
         self.load_provider_offers()
 
@@ -385,9 +412,9 @@ class CatalogScreen(BaseScreen):
         self._update_detail()
 
     @on(DataTable.RowSelected, "#cards")
-    def _card_selected(self, event: DataTable.RowSelected) -> None:
+    async def _card_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value:
-            self.show_cost(event.row_key.value)
+            await self.show_cost(event.row_key.value)
 
     @on(DataTable.HeaderSelected, "#cards")
     def _header_selected(self, event: DataTable.HeaderSelected) -> None:
@@ -411,7 +438,7 @@ class CatalogScreen(BaseScreen):
                 raise ValueError
         except ValueError:
             self.query_one("#cards-status", Static).update(
-                Text(f"⚠ VRAM≥ wants a number of GB (got {raw!r})", style="bold")
+                Text(f"⚠ VRAM≥ wants a number of GiB (got {raw!r})", style="bold")
             )
             return
 
@@ -437,12 +464,14 @@ class CatalogScreen(BaseScreen):
         return True
 
     @on(TabbedContent.TabActivated)
-    def _tab_changed(self) -> None:
+    async def _tab_changed(self) -> None:
         self.refresh_bindings()
+        await self.build_tab(self._tab())  # a tab reached by its header rather than 1-4
         if self._tab() == "compare":
             self.update_compare()
 
-    def action_tab(self, name: str) -> None:
+    async def action_tab(self, name: str) -> None:
+        await self.build_tab(name)
         self.query_one(TabbedContent).active = f"{name}-tab"
         focus = {
             "cards": "#cards",
@@ -524,10 +553,10 @@ class CatalogScreen(BaseScreen):
         self.marked.clear()
         self.refresh_cards()
 
-    def action_compare(self) -> None:
+    async def action_compare(self) -> None:
         if len(self.marked) < 2:
             self.notify("Mark 2–4 cards with space first, then press v.", severity="warning")
-        self.action_tab("compare")
+        await self.action_tab("compare")
 
     def action_new_instance(self) -> None:
         """Open New instance with the card under the cursor (cards, fit or cost tab)."""
@@ -594,6 +623,8 @@ class CatalogScreen(BaseScreen):
         return [rows[k] for k in self.marked if k in rows]
 
     def update_compare(self) -> None:
+        if "compare" not in self._built:
+            return
         body = self.query_one("#compare-body", Static)
         cards = self.marked_cards()
         if len(cards) < 2:
@@ -607,7 +638,7 @@ class CatalogScreen(BaseScreen):
 
     def on_resize(self) -> None:
         super().on_resize()
-        if self.is_mounted and self.marked:
+        if self.is_mounted and self.marked and "compare" in self._built:
             self.update_compare()
 
     # -- fit -------------------------------------------------------------------------------------
@@ -635,6 +666,8 @@ class CatalogScreen(BaseScreen):
             raise CatalogError(f"{sel.removeprefix('#fit-')} must be a whole number") from None
 
     def update_fit(self) -> None:
+        if "fit" not in self._built:
+            return
         error = self.query_one("#fit-error", Static)
         body = self.query_one("#fit-body", Static)
         table = self.query_one("#fit-table", DataTable)
@@ -676,10 +709,10 @@ class CatalogScreen(BaseScreen):
         for o in answer.options:
             if o.fits:
                 count = str(o.count)
-                need = f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f}"
+                need = f"{o.need_gib_per_gpu:.1f}/{o.usable_gib:.1f}"
             else:
                 count = "✗"
-                need = f"{o.need_gb_per_gpu:.1f}/{o.usable_gb:.1f} (8×)"
+                need = f"{o.need_gib_per_gpu:.1f}/{o.usable_gib:.1f} (8×)"
             table.add_row(
                 short_gpu(o.name),
                 Text(count, justify="right"),
@@ -703,7 +736,7 @@ class CatalogScreen(BaseScreen):
             f"{e.model} · {e.params / 1e9:.2f} B params · {e.job.value} · {e.precision}"
             f" · {e.context:,} tokens × {e.batch}\n"
         )
-        out.append(f"Needs {e.total_gb:.1f} GB on one GPU", style="bold")
+        out.append(f"Needs {e.total_gib:.1f} GiB on one GPU", style="bold")
         if fitting:
             best = fitting[0]
             where = (
@@ -721,7 +754,7 @@ class CatalogScreen(BaseScreen):
         for p in e.all_parts:
             if not p.bytes:
                 continue  # listed with its reason under the assumptions
-            out.append(f"{p.name:<12}{p.gb:>8.2f} GB ")
+            out.append(f"{p.name:<12}{p.gib:>8.2f} GiB ")
             out.append(bar(p.bytes, top, 20).ljust(20))
             if p.name == "overhead":  # a fixed part on each GPU plus a share of the rest
                 where = (f" {CUDA_CONTEXT_BYTES / GIB:g} GiB on every GPU + {FRAGMENTATION:.0%}"
@@ -741,22 +774,23 @@ class CatalogScreen(BaseScreen):
         return out
 
     @on(DataTable.RowSelected, "#fit-table")
-    def _fit_selected(self, event: DataTable.RowSelected) -> None:
+    async def _fit_selected(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value
         option = next(
             (o for o in (self.fit_answer.options if self.fit_answer else []) if o.card == key), None
         )
         if key and option is not None:
-            self.show_cost(key, option.count if option.fits else None)
+            await self.show_cost(key, option.count if option.fits else None)
 
     # -- cost ------------------------------------------------------------------------------------
 
-    def show_cost(self, key: str, count: int | None = None) -> None:
+    async def show_cost(self, key: str, count: int | None = None) -> None:
+        await self.build_tab("cost")
         self.query_one("#cost-card", Select).value = key
         if count:
             self.query_one("#cost-count", Input).value = str(count)
         self.update_cost()
-        self.action_tab("cost")
+        await self.action_tab("cost")
 
     @on(Select.Changed, "#cost-card")
     @on(Input.Changed, "#cost-count, #cost-hours")
@@ -764,6 +798,8 @@ class CatalogScreen(BaseScreen):
         self.update_cost()
 
     def update_cost(self) -> None:
+        if "cost" not in self._built:
+            return
         error = self.query_one("#cost-error", Static)
         notes = self.query_one("#cost-notes", Static)
         table = self.query_one("#cost-table", DataTable)

@@ -87,7 +87,7 @@ FIGURES = [
         False,
     ),
     (
-        "$/GB VRAM·h",
+        "$/GiB VRAM·h",
         lambda r: r.perf.usd_per_gb_vram_hour,
         lambda r: svc._money(r.perf.usd_per_gb_vram_hour, 4, svc._cur(r)),
         False,

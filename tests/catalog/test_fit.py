@@ -184,7 +184,7 @@ def test_a_13b_lora_in_bf16_does_not_fit_24_gb_and_the_estimate_says_so():
     qlora = estimate_fit(m, "qlora", "nf4", context=2048)
     assert option(cards_that_fit(lora), "rtx_4090").count != 1
     assert option(cards_that_fit(qlora), "rtx_4090").count == 1
-    assert any("does not fit a 24 GB card, QLoRA does" in n for n in lora.notes)
+    assert any("does not fit a 24 GiB card, QLoRA does" in n for n in lora.notes)
 
 
 def test_lora_adapters_are_computed_from_the_config():

@@ -263,6 +263,11 @@ def test_fit_json_shape(capsys):
         "overhead",
     }
     assert data["total_gb"] == pytest.approx(sum(data["breakdown"].values()), abs=0.02)
+    # the unit the screens use (GiB) beside the 10^9-byte fields scripts already read
+    assert data["total_gib"] == pytest.approx(data["total_gb"] * 1e9 / 2**30, abs=0.01)
+    assert data["breakdown_gib"]["weights"] == pytest.approx(
+        data["breakdown"]["weights"] * 1e9 / 2**30, abs=0.001)
+    assert all(f["need_gib_per_gpu"] < f["need_gb_per_gpu"] for f in data["fits"])
     assert len(data["assumptions"]) == len(data["breakdown"])
     assert data["fits"] and all({"gpu", "count"} <= set(f) for f in data["fits"])
     priced = [Decimal(f["usd_per_hour"]) for f in data["fits"] if f["usd_per_hour"]]
@@ -287,7 +292,7 @@ def test_fit_a_model_given_by_its_parameter_count(capsys):
         precision="bf16",
     )
     assert data["params"] == 13_000_000_000
-    assert any("does not fit a 24 GB card, QLoRA does" in n for n in data["notes"])
+    assert any("does not fit a 24 GiB card, QLoRA does" in n for n in data["notes"])
     assert all(f["count"] > 1 or f["usable_gb_per_gpu"] > 24 for f in data["fits"])
     full = run_json(capsys, report.fit_command, Config(), params=7e9, job="full", precision="bf16")
     # ZeRO paper: mixed-precision Adam keeps 16 bytes per parameter of model state
@@ -304,6 +309,8 @@ def test_fit_text_shows_breakdown_assumptions_and_cards(capsys):
     )
     out = capsys.readouterr().out
     assert "Needs" in out and "weights" in out and "Q4_K_M" in out
+    assert "GiB on one GPU" in out and "GiB/GPU" in out
+    assert " GB" not in out  # one unit for memory, as on every screen
     assert "GPUs" in out and "cheapest at" in out and "not live quotes" in out
 
 

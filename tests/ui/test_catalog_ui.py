@@ -92,7 +92,10 @@ async def test_sort_cycles_columns_and_reverses(gputui_home: Path):
     async with app.run_test(size=(80, 24)) as pilot:
         screen = await open_catalog(pilot)
         table = screen.query_one("#cards", DataTable)
-        await pilot.press("s")  # price → bandwidth, best (highest) first
+        await pilot.press("s")  # price → whose price it is
+        await pilot.pause()
+        assert screen.sort_key == "provider"
+        await pilot.press("s")  # → bandwidth, best (highest) first
         await pilot.pause()
         assert screen.sort_key == "bandwidth"
         bw = [c.spec.memory_bandwidth_gbs for c in screen.cards]
@@ -105,10 +108,12 @@ async def test_sort_cycles_columns_and_reverses(gputui_home: Path):
         assert bw == sorted(bw)
         assert "GB/s ▲" in text_of(screen.query_one("#cards-status", Static))
         # all the way round: every column sorts, and we come back to the price
-        for _ in range(len(svc.COLUMNS) - 1):
+        for _ in range(len(svc.COLUMNS)):
             await pilot.press("s")
             await pilot.pause()
             assert table.row_count == len(load_specs())
+            if screen.sort_key == "price":
+                break
         assert screen.sort_key == "price"
 
 
@@ -250,7 +255,8 @@ def test_bars_are_proportional_and_best_is_marked():
     nvlink = next(line for line in lines if line.startswith("NVLink"))
     assert "PCIe 4" in nvlink and "900◆" in nvlink  # PCIe only: no bar
     price = next(line for line in lines if line.startswith("$/GPU·h"))
-    assert "$0.34◆" in price  # lower is better
+    # lower is better; the RTX 4090's price is one GPU on demand, not its $0.34 spot listing
+    assert "$0.40◆" in price
 
 
 # -- fit ----------------------------------------------------------------------------------------
@@ -270,7 +276,14 @@ async def test_fit_view(gputui_home: Path):
         for part in ("weights", "kv_cache", "activations", "overhead"):
             assert part in body
         assert "2 bytes per parameter" in body and "KiB per token" in body
+        # memory in GiB, as on Home, Monitor and Ollama (never decimal GB beside it)
+        need = answer.estimate.total_bytes / 2**30
+        assert f"Needs {need:.1f} GiB on one GPU" in body and " GB" not in body
         table = screen.query_one("#fit-table", DataTable)
+        assert "GiB/GPU need/usable" in [str(c.label) for c in table.columns.values()]
+        first = answer.fitting[0]
+        assert str(table.get_cell(first.card, "need")) == (
+            f"{first.need_gb_per_gpu * 1e9 / 2**30:.1f}/{first.usable_gb * 1e9 / 2**30:.1f}")
         fitting = answer.fitting
         hourly = [o.hourly for o in fitting if o.hourly is not None]
         assert hourly == sorted(hourly)  # cheapest first
@@ -318,7 +331,7 @@ async def test_fit_a_custom_model_by_its_parameter_count(gputui_home: Path):
         answer = screen.fit_answer
         assert answer is not None and answer.estimate.params == 13_000_000_000
         body = text_of(screen.query_one("#fit-body", Static))
-        assert "does not fit a 24 GB card, QLoRA does" in body  # the rule of thumb corrected
+        assert "does not fit a 24 GiB card, QLoRA does" in body  # the rule of thumb corrected
         assert "not given, estimated" in body  # guessed shape said plainly
         for sel, value in (("#fit-layers", "40"), ("#fit-kv", "40"), ("#fit-hd", "128")):
             screen.query_one(sel, Input).value = value
@@ -378,7 +391,7 @@ async def test_cost_shows_package_break_even(gputui_home: Path):
     app = make_app(gputui_home)
     async with app.run_test(size=(200, 60)) as pilot:
         screen = await open_catalog(pilot)
-        screen.show_cost("h100_sxm", 8)
+        await screen.show_cost("h100_sxm", 8)
         await pilot.pause()
         notes = text_of(screen.query_one("#cost-notes", Static))
         assert "Break-even:" in notes and "daily package" in notes
@@ -410,8 +423,8 @@ async def test_n_rents_the_card_under_the_cursor(gputui_home: Path, size):
     app = make_app(gputui_home)
     async with app.run_test(size=size) as pilot:
         screen = await open_catalog(pilot)
-        await pilot.press("s")  # by bandwidth: the B200 first, then the H200
-        await pilot.pause()
+        await pilot.press("s", "s")  # by provider, then bandwidth: the B200 first, then the H200
+        await until(pilot, lambda: screen.sort_key == "bandwidth", "the bandwidth order")
         screen.query_one("#cards", DataTable).move_cursor(row=0)
         await pilot.press("down")
         await pilot.pause()
@@ -549,3 +562,62 @@ async def test_providers_publish_their_offers_into_the_table(gputui_home):
         assert len(sandbox_rows) == 21 and all(r.simulated for r in sandbox_rows)
         lowest = lowest_price("rtx_4090", screen.rows)
         assert lowest is not None and lowest.provider != "sandbox"
+
+
+def _price_of(cell: object) -> str:
+    """The money in a price cell or an offer label ('$2.79 8×' → '$2.79')."""
+    return str(cell).split()[0]
+
+
+async def test_one_card_reads_one_price_on_new_and_the_catalog_for_each_provider(gputui_home):
+    """Issue 16: the price a renter compares is one they can rent. For every provider with
+    offers, a card reads the same $/GPU·h in New's list and in the catalog filtered to that
+    provider; the catalog's any-provider view never passes a spot or 8×-only listing off as
+    the plain price, and says whose price it is."""
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        providers = [n for n in app.services.providers if n != "ssh"]
+        assert providers
+        offers = {n: await app.services.offers(n) for n in providers}
+        screen = await open_catalog(pilot)
+        await app.workers.wait_for_complete()
+        table = screen.query_one("#cards", DataTable)
+        keys = [str(c.key.value) for c in table.columns.values()]
+        assert keys.index("provider") == keys.index("price") + 1  # whose price, beside it
+        assert "Price at" in [str(c.label) for c in table.columns.values()]
+        # the A100 80GB SXM4 has only a spot price ($1.39) and an 8-GPU on-demand one ($2.79)
+        assert str(table.get_cell("a100_80gb_sxm", "price")) == "$2.79 8×"
+        assert str(table.get_cell("a100_80gb_sxm", "provider")) == "lambda on-demand"
+        for key in keys_in_table(table):
+            card = next(c for c in screen.cards if c.key == key)
+            low = card.lowest
+            if low is not None and low.caveat:  # marked wherever it is not 1 GPU on demand
+                assert str(table.get_cell(key, "price")) != _price_of(
+                    table.get_cell(key, "price"))
+        from gputui.catalog.match import card_for_reported_name, match_card
+
+        for name in providers:
+            screen.query_one("#f-provider", Select).value = name
+            await until(pilot, lambda name=name, s=screen: s.filters.provider == name,
+                        f"the catalog filtered to {name}")
+            catalog = {c.key: _price_of(table.get_cell(c.key, "price")) for c in screen.cards}
+            await pilot.press("n")
+            new = await shown(pilot, CreateScreen)
+            await until(pilot, lambda new=new: new.offers, "New's offers")
+            select = new.query_one("#offer", Select)
+            listed = {value: str(label) for label, value in select._options if value != Select.BLANK}
+            compared = 0
+            for o in offers[name]:
+                if not o.available:
+                    continue
+                card = card_for_reported_name(o.gpu) or match_card(o.gpu)
+                key = card.key
+                if key not in catalog:
+                    continue
+                on_new = listed[o.offer_id].split(" · ")[2].removesuffix("/GPU·h")
+                assert on_new == catalog[key], (name, o.gpu, on_new, catalog[key])
+                compared += 1
+            assert compared >= 5, f"{name}: only {compared} cards compared"
+            await pilot.press("g")
+            screen = await shown(pilot, CatalogScreen)
+            table = screen.query_one("#cards", DataTable)
