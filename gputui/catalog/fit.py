@@ -1012,8 +1012,11 @@ def cards_that_fit(
         count = next((c for c in counts if estimate.bytes_per_gpu(c) <= usable), None)
         fits = count is not None
         shown = count if count is not None else counts[-1]
+        # an on-demand price first, as the catalog's table: spot only where nothing else is
+        # (its tier says so in the "cheapest at" column)
         q = (
-            cheapest_quote(spec.key, count, rows, currency, include_spot)
+            cheapest_quote(spec.key, count, rows, currency, include_spot=False)
+            or (cheapest_quote(spec.key, count, rows, currency) if include_spot else None)
             if count is not None
             else None
         )

@@ -396,3 +396,20 @@ def test_specs_usable_memory_is_what_fit_compares_against():
     o = option(cards_that_fit(e, specs=specs), "rtx_4090")
     assert o.usable_gb == specs["rtx_4090"].usable_gb
     assert o.need_gb_per_gpu == e.total_gb == e.total_bytes / GB
+
+
+def test_the_cheapest_card_is_one_to_rent_on_demand_not_a_spot_listing():
+    """Issue 16: the fit's "cheapest at" is the price the catalog's table shows — on demand
+    where any provider sells the card so; a spot listing only where nothing else is."""
+    from gputui.catalog import load_prices
+
+    rows = load_prices()
+    options = cards_that_fit(estimate_fit("Qwen2.5-7B", "inference", "bf16"))
+    rtx3090 = option(options, "rtx_3090")
+    assert rtx3090.quote is not None and not rtx3090.quote.row.is_spot
+    for o in options:
+        if o.quote is None:
+            continue
+        on_demand = [r for r in rows if r.gpu == o.card and not r.is_spot
+                     and r.currency == "USD"]
+        assert not o.quote.row.is_spot or not on_demand, o.card
