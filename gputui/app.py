@@ -197,7 +197,18 @@ class GpuTuiApp(App[int]):
         instance, no cost at start-up; the session closes them, before its links)."""
         from gputui.services.telemetry import session_telemetry
 
-        return session_telemetry(self.services)
+        service = session_telemetry(self.services)
+        service.set_background(not self._telemetry_shown)
+        return service
+
+    _telemetry_shown = False
+
+    def telemetry_in_view(self, shown: bool) -> None:
+        """A screen came into view that does (or does not) draw the GPU streams: off screen
+        they sample at TelemetryService.BACKGROUND_INTERVAL, not every second."""
+        self._telemetry_shown = shown
+        if "telemetry" in self.__dict__:
+            self.telemetry.set_background(not shown)
 
     async def on_unmount(self) -> None:
         if self._closed:  # subclasses may call this again; once is enough

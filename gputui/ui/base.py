@@ -67,8 +67,12 @@ class BaseScreen(Screen):
     def on_resize(self) -> None:
         self.gapp.refresh_meter(self)
 
+    # A screen that draws the GPU streams; while none is in view they run at a slower pace.
+    SHOWS_TELEMETRY = False
+
     def on_screen_resume(self) -> None:
         self.gapp.refresh_meter(self)
+        self.gapp.telemetry_in_view(self.SHOWS_TELEMETRY)
 
     def on_unmount(self) -> None:
         if self._unsubscribe:

@@ -33,6 +33,7 @@ from tests.services.test_telemetry_support import (
     make_telemetry,
     rent,
     start_load,
+    stream_pids,
     wait_for,
 )
 from tests.ui.waits import question, shown
@@ -368,3 +369,32 @@ async def test_rows_out_of_view_catch_up_when_scrolled_to(services: Services):
         assert "m11/1" in table.visible_keys()
         assert cells(table, "m11/1")[1].endswith("77%")
         assert any(" 1 H100" in line and "77%" in line for line in screen_text(app).splitlines())
+
+
+async def test_off_screen_the_streams_slow_down_and_the_monitor_brings_them_back(
+        services: Services):
+    """Issue 16, idle: while no screen shows the GPU streams, each host's `nvidia-smi -lms`
+    runs at the background pace (5 s) — samples still arrive for the idle rules and budgets —
+    and the Monitor brings it back to the interval it shows."""
+    inst = await rent(services, count=1, name="quiet")
+    telemetry = make_telemetry(services, interval=1.0)
+    root = instance_root(services, inst)
+    app = MonitorApp(services, telemetry)
+
+    def paces() -> set[str]:
+        return {args.split("-lms")[1].split()[0] for args in stream_pids(root).values()}
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        telemetry.sync(services.store.instances_sync(live_only=True))
+        await wait_for(lambda: paces() == {"5000"}, timeout=30, what="the 5 s pace on Home")
+        await wait_for(lambda: services.store.telemetry(inst.id).gpus, timeout=30,
+                       what="samples on Home")
+        await pilot.press("m")
+        screen = await shown(pilot, MonitorScreen)
+        await wait_for(lambda: paces() == {"1000"}, timeout=30, what="the 1 s pace on Monitor")
+        assert "every 1 s" in str(screen.query_one("#mon-status", Static).render())
+        table = screen.query_one("#gpus", LiveTable)
+        await wait_for(lambda: f"{inst.id}/0" in table.rows, timeout=30, what="its GPU row")
+        assert "stale" not in screen_text(app)  # a sample at the slower pace is not stale
+        await pilot.press("c")  # another screen that does not draw them: slow again
+        await wait_for(lambda: paces() == {"5000"}, timeout=30, what="the 5 s pace on Costs")

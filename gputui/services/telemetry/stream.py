@@ -191,18 +191,49 @@ class TelemetryService:
     def interval(self) -> float:
         return self._interval
 
+    # While no screen that shows the streams is in view, they sample this often at most: the
+    # lease clock, idle rules and budgets still see the instances, at a fraction of the cost.
+    BACKGROUND_INTERVAL = 5.0
+    _background = False
+    _foreground_since = float("-inf")
+
+    @property
+    def stream_interval(self) -> float:
+        """What the streams sample at now: the interval, or the background pace."""
+        if self._background:
+            return max(self._interval, self.BACKGROUND_INTERVAL)
+        return self._interval
+
+    def set_background(self, background: bool) -> None:
+        """Slow the streams while nothing on screen shows them (`True`), back to the interval
+        when a screen that does is shown (`False`); running streams restart at the new pace."""
+        if background == self._background:
+            return
+        before = self.stream_interval
+        self._background = background
+        if not background:
+            self._foreground_since = self._clock()
+        if self.stream_interval == before:
+            return
+        if self._deferred(self._restart_all):
+            return
+        self._restart_all()
+
     @property
     def process_interval(self) -> float:
         if self._process_interval is not None:
             return self._process_interval
-        return min(30.0, max(2.0, 3 * self._interval))
+        return min(30.0, max(2.0, 3 * self.stream_interval))
 
     @property
     def stale_after(self) -> float:
         """Data older than this is shown as stale, with its age."""
         if self._stale_after is not None:
             return self._stale_after
-        return max(3.0, 3 * self._interval)
+        pace = self.stream_interval
+        if self._clock() - self._foreground_since < 3 * self.BACKGROUND_INTERVAL:
+            pace = max(pace, self.BACKGROUND_INTERVAL)  # samples taken at the slower pace
+        return max(3.0, 3 * pace)
 
     def set_interval(self, seconds: float) -> float:
         """Sample every `seconds` (clamped to 0.5-10 s); running streams restart with it."""
@@ -419,7 +450,7 @@ class TelemetryService:
         if w.expected and w.expected <= w.batch.keys():
             self._flush(w)
         elif w.flush_handle is None:
-            delay = min(0.1, self._interval / 4)
+            delay = min(0.1, self.stream_interval / 4)
             w.flush_handle = asyncio.get_running_loop().call_later(delay, self._flush, w)
 
     def _flush(self, w: _Watch, complete: bool = False) -> None:
@@ -467,7 +498,7 @@ class TelemetryService:
             try:
                 link = await self._link(w)
                 parser = CsvStreamParser()
-                command = query_gpu_command(int(round(self._interval * 1000)))
+                command = query_gpu_command(int(round(self.stream_interval * 1000)))
                 w.stream_started_at = self._clock()
                 if w.diagnosis is None and self.store.telemetry(w.inst.id).updated is None:
                     w.note = "waiting for the first sample"
@@ -600,7 +631,7 @@ class TelemetryService:
         last = max(w.last_line_at or 0.0, w.stream_started_at or 0.0)
         if not last:
             return
-        if self._clock() - last > max(5 * self._interval, 15.0):
+        if self._clock() - last > max(5 * self.stream_interval, 15.0):
             w.note = "no data; restarting nvidia-smi"
             self._restart_stream(w)
 
@@ -612,7 +643,7 @@ class TelemetryService:
         w.note = "reading NVML"
         while True:
             w.wake.clear()
-            delay = self._interval
+            delay = self.stream_interval
             try:
                 reading = await asyncio.to_thread(read_local)
             except asyncio.CancelledError:

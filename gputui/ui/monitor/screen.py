@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 
 class MonitorScreen(BaseScreen):
+    SHOWS_TELEMETRY = True
     TITLE = "Monitor"
     BINDINGS = [
         Binding("plus,equals_sign", "interval(1)", "Slower", key_display="+"),
