@@ -124,6 +124,7 @@ class GpuTuiApp(App[int]):
         if self._background:
             _ = self.telemetry
         self._reload_live()
+        self.call_after_refresh(self._after_first_frame)
         self._unsubscribe = self.store.subscribe(self._on_store_event)
         self.set_interval(1.0, self._tick)
         self.set_interval(2.0, self.store.poll_external)
@@ -134,6 +135,10 @@ class GpuTuiApp(App[int]):
             # once the first frame is up, the other screens' code and the catalog's data are
             # read in the background, so a screen's first opening does not wait for them
             self.set_timer(0.5, self._preload)
+
+    def _after_first_frame(self) -> None:
+        self._first_frame = True
+        self.refresh_meter()  # with what it left out of the first frame
 
     @work(exclusive=True, group="account", exit_on_error=False)
     async def account_clock(self) -> None:
@@ -291,10 +296,12 @@ class GpuTuiApp(App[int]):
         every 5 s: an open and a flock)."""
         import time
 
-        from gputui.services.daemon import daemon_status
-
         now = time.monotonic()
+        if not getattr(self, "_first_frame", False):
+            return ""  # asked once the first frame is up (the daemon module waits till then)
         if now - getattr(self, "_keeper_at", -10.0) >= 5.0:
+            from gputui.services.daemon import daemon_status
+
             self._keeper_at = now
             self._keeper = daemon_status(self.services.state_dir) is not None
         return "deadlines kept by the daemon" if self._keeper else ""

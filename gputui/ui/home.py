@@ -89,10 +89,12 @@ class HomeScreen(BaseScreen):
         store = self.gapp.store
         self._instances = {i.id: i for i in store.instances_sync(live_only=True)}
         self._leases = {lease.instance_id: lease for lease in store.leases_sync()}
-        from gputui.services.jobs import when_done_label  # "release when the queue ends"
+        self._when_done: dict[str, str | None] = {}
+        if self._instances:  # (no instance, no import of the jobs module before the first frame)
+            from gputui.services.jobs import when_done_label  # "release when the queue ends"
 
-        self._when_done = {i: when_done_label(self.gapp.services, i, short=True)
-                           for i in self._instances}
+            self._when_done = {i: when_done_label(self.gapp.services, i, short=True)
+                               for i in self._instances}
         table = self.query_one(DataTable)
         for key in [k.value for k in list(table.rows)]:
             if key is not None and key not in self._instances:
