@@ -81,6 +81,26 @@ async def switch_times(n: int) -> dict[str, list[float]]:
                 took = time.perf_counter() - start
                 times.setdefault(f"{mode} (first)" if rnd == 0 else mode, []).append(took)
                 await pilot.pause()  # the screen settles, as between a user's keys
+        # The catalog builds a tab on its first visit: once a renter has been through all
+        # four, a switch to it restyles them all. Home ↔ Catalog, every tab opened:
+        from gputui.ui.catalog import CatalogScreen
+        from gputui.ui.home import HomeScreen
+
+        _send_key(app, "g")
+        await _spin(lambda: isinstance(app.screen, CatalogScreen) and app.screen.is_mounted)
+        for tab in "2341":
+            await pilot.press(tab)
+            await pilot.pause()
+        for _ in range(n):
+            for key, cls in (("h", HomeScreen), ("g", CatalogScreen)):
+                start = time.perf_counter()
+                _send_key(app, key)
+                await _spin(lambda cls=cls: isinstance(app.screen, cls) and app.screen.is_mounted)
+                await _frame(pilot, app.screen)
+                if cls is CatalogScreen:
+                    times.setdefault("catalog (all 4 tabs built)", []).append(
+                        time.perf_counter() - start)
+                await pilot.pause()
         await pilot.pause()
     return times
 
