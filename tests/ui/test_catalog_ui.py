@@ -621,3 +621,24 @@ async def test_one_card_reads_one_price_on_new_and_the_catalog_for_each_provider
             await pilot.press("g")
             screen = await shown(pilot, CatalogScreen)
             table = screen.query_one("#cards", DataTable)
+
+
+async def test_a_tab_is_built_on_its_first_visit_by_key_or_by_its_header(gputui_home: Path):
+    """Issue 16: the catalog opens with its Cards tab only (the others cost a switch nothing
+    until visited); a tab reached from the tab bar by keyboard is built and usable too."""
+    from textual.widgets import Tabs
+
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        assert not screen.query("#fit-table") and not screen.query("#cost-table")
+        screen.query_one(Tabs).focus()
+        await pilot.press("right")  # Compare, from its header
+        await until(pilot, lambda: screen.query_one(TabbedContent).active == "compare-tab",
+                    "the Compare tab")
+        await until(pilot, lambda: "Mark 2–4 cards" in text_of(
+            screen.query_one("#compare-body", Static)), "the Compare tab's text")
+        await pilot.press("4")
+        await until(pilot, lambda: screen.query_one("#cost-table", DataTable).row_count > 0,
+                    "the Cost tab's prices")
+        assert not screen.query("#fit-table")  # never visited, never built
