@@ -9,9 +9,9 @@
    screens holding one table each. Goal: < 100 ms.
 2. Idle CPU on Home with four sandbox instances of 2 GPUs each, their telemetry streams running
    (as in a real session): the console process's CPU time over `--idle-seconds`, as a share of
-   one core. Goal: < 2 %. Until the simulated cloud runs in its own process (issue 14) the
-   instances' SSH servers and shims are served from this process too, so this is an upper bound
-   for the console alone; the same figure with no instance is printed beside it.
+   one core. Goal: < 2 %. The simulated cloud runs in its own process, so this is the console
+   alone (Home does not draw the streams: they run at the background pace); the same figure
+   with no instance is printed beside it.
 """
 
 from __future__ import annotations
@@ -197,8 +197,8 @@ def main() -> int:
         none = asyncio.run(idle_cpu(args.idle_seconds, 0))
         four = asyncio.run(idle_cpu(args.idle_seconds, 4))
         print(f"2. idle on Home, {args.idle_seconds:.0f} s: no instance {none:.1%} of a core; "
-              f"4 sandbox instances × 2 GPUs {four:.1%} (goal < 2 %; includes the simulated "
-              "cloud while it runs in-process)")
+              f"4 sandbox instances × 2 GPUs {four:.1%} (goal < 2 %; the console process "
+              "alone)")
     return 0
 
 
