@@ -230,7 +230,7 @@ _SHOWN_CALLS = {"print", "CommandError", "ConfigError", "BadInput", "NotFound", 
 # ...and these keywords of any call (argparse's help, a Diagnosis).
 _SHOWN_KWARGS = {"help", "description", "epilog", "problem", "fix"}
 # Words that are names, not prose: they read the same in every language.
-_TECHNICAL = re.compile(r"^(gputui|nvidia-smi|ssh|json|csv|usd|gb|h|s)$", re.I)
+_TECHNICAL = re.compile(r"^(gputui|nvidia-smi|ssh|json|csv|usd|gb|gib|h|s)$", re.I)
 
 
 def _words(node: ast.expr) -> list[str]:
