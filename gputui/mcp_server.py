@@ -595,8 +595,9 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
                         confirm: bool = False) -> dict[str, Any]:
         """What happens when the queue ends: release, stop or keep the instance, after
         bringing `pull` (a path in its home) into `to` (inside the local folder) first.
-        `release` needs confirm: true (the disk goes with it). Carried out by whichever
-        gputui sees the end first (this server, the console, `gputui daemon`)."""
+        `release` needs confirm: true (the disk goes with it). Carried out now if the queue
+        has ended, else by whichever gputui sees the end first (`gputui daemon`, the console,
+        `gputui reap`)."""
         from gputui.config import parse_duration
         from gputui.services.jobs import JobService
 
@@ -628,8 +629,15 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             raise bad(str(exc)) from None
         except GputuiError as exc:
             raise _fail(exc) from None
-        return {"name": inst.name, "policy": rec.policy, "pulls": rec.pulls,
-                "grace_s": rec.grace_s, "outcome": outcome}
+        result: dict[str, Any] = {"name": inst.name, "policy": rec.policy, "pulls": rec.pulls,
+                                  "grace_s": rec.grace_s, "outcome": outcome}
+        from gputui.services.daemon import deadline_keeper
+
+        if outcome is None and deadline_keeper(gw.services.state_dir) != "daemon":
+            result["warning"] = ("no gputui daemon runs: the policy is carried out when a "
+                                 "console or `gputui reap` next looks (start one with "
+                                 "`gputui daemon` or `gputui daemon --install`)")
+        return result
 
     async def transfer(name: str, direction: str, local: Path, remote: str,
                        checksum: bool) -> dict[str, Any]:

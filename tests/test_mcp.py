@@ -242,6 +242,10 @@ async def test_an_agent_pushes_queues_reads_and_pulls_inside_its_folders(gputui_
         # a run queued and cancelled
         [long] = data(await session.call_tool("jobs_add", {"name": "trainer",
                                                            "command": "sleep 300"}))["ids"]
+        later = data(await session.call_tool("when_done", {
+            "name": "trainer", "policy": "keep", "pull": "proj/out", "to": "later"}))
+        assert later["outcome"] is None and "no gputui daemon runs" in later["warning"]
+        assert later["pulls"] == [{"remote": "proj/out", "local": str(work / "later")}]
         cancelled = data(await session.call_tool("jobs_cancel", {"name": "trainer",
                                                                  "job": long}))
         assert cancelled["cancelled"]
@@ -294,7 +298,8 @@ async def test_an_agent_pushes_queues_reads_and_pulls_inside_its_folders(gputui_
         assert not outside.exists() and not (tmp_path / "stolen").exists()
         assert not (work / "nothing-here").exists()
         queue = data(await session.call_tool("jobs_list", {"name": "trainer"}))
-        assert len(queue["runs"]) == 3 and queue["when_done"] is None  # nothing queued or set
+        assert len(queue["runs"]) == 3  # nothing queued
+        assert queue["when_done"]["policy"] == "keep"  # the refused release changed nothing
         assert [i["name"] for i in instances(gputui_home)] == ["trainer"]
 
         # the queue has ended: when_done release (with a pull) is carried out at once
