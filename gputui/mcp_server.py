@@ -572,7 +572,16 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             raise bad(str(exc)) from None
         except GputuiError as exc:
             raise _fail(exc) from None
-        return {"name": inst.name, "job": job_id, "lines": [gw.clean(t) for t in text]}
+        kept: list[str] = []
+        size = 0
+        for line in reversed(text):  # the tail, at most MAX_OUTPUT characters in all
+            line = gw.clean(line)
+            size += len(line) + 1
+            if size > MAX_OUTPUT:
+                break
+            kept.append(line)
+        return {"name": inst.name, "job": job_id, "lines": kept[::-1],
+                "truncated": len(kept) < len(text)}
 
     @server.tool()
     async def jobs_cancel(name: str, job: int | str) -> dict[str, Any]:

@@ -217,8 +217,9 @@ async def test_an_agent_pushes_queues_reads_and_pulls_inside_its_folders(gputui_
         added = data(await session.call_tool("jobs_add", {
             "name": "trainer", "cwd": "~/proj", "label": "sweep",
             "commands": ["python3 train.py",
-                         f"echo key={SECRET}; printf '\\033[31mboom\\n'; exit 3"]}))
-        assert added["ids"] == ["1", "2"]
+                         f"echo key={SECRET}; printf '\\033[31mboom\\n'; exit 3",
+                         "python3 -c \"print(('y' * 999 + chr(10)) * 100, end='')\""]}))
+        assert added["ids"] == ["1", "2", "3"]
 
         queue = await _until_finished(session, "trainer")
         runs = {r["id"]: r for r in queue["runs"]}
@@ -233,6 +234,10 @@ async def test_an_agent_pushes_queues_reads_and_pulls_inside_its_folders(gputui_
         assert SECRET not in json.dumps(log) and "\x1b" not in json.dumps(log)
         assert "trained" in data(await session.call_tool("jobs_log", {
             "name": "trainer", "job": "1"}))["lines"]
+        big = data(await session.call_tool("jobs_log", {"name": "trainer", "job": 3,
+                                                        "lines": 5000}))
+        assert big["truncated"] and 50 <= len(big["lines"]) < 100  # the tail, 64k at most
+        assert sum(len(line) + 1 for line in big["lines"]) <= 64_000
 
         got = data(await session.call_tool("pull", {"name": "trainer",
                                                     "remote": "proj/out"}))
@@ -298,7 +303,7 @@ async def test_an_agent_pushes_queues_reads_and_pulls_inside_its_folders(gputui_
         assert not outside.exists() and not (tmp_path / "stolen").exists()
         assert not (work / "nothing-here").exists()
         queue = data(await session.call_tool("jobs_list", {"name": "trainer"}))
-        assert len(queue["runs"]) == 3  # nothing queued
+        assert len(queue["runs"]) == 4  # nothing queued
         assert queue["when_done"]["policy"] == "keep"  # the refused release changed nothing
         assert [i["name"] for i in instances(gputui_home)] == ["trainer"]
 
