@@ -155,6 +155,14 @@ async def test_results_never_carry_secrets(gputui_home: Path):
         assert SECRET not in json.dumps(run) and "key=***" in run["stdout"]
         listed = await session.call_tool("list_instances", {})
         assert SECRET not in json.dumps(listed.model_dump())
+        # no [mcp] local_folder: pulls land only in the folder the server was started in
+        with pytest.raises(MCPError, match="outside the folder gputui mcp may use"):
+            await session.call_tool("pull", {"name": made["name"], "remote": ".bashrc",
+                                             "local": str(gputui_home.parent / "x")})
+        data(await session.call_tool("run_command", {"name": made["name"],
+                                                     "command": "echo 5 > note.txt"}))
+        data(await session.call_tool("pull", {"name": made["name"], "remote": "note.txt"}))
+        assert (gputui_home / "note.txt").read_text() == "5\n"
         data(await session.call_tool("release", {"name": made["name"], "confirm": True}))
 
 
