@@ -491,7 +491,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         """Queue runs on the instance: one `command`, or `commands` (one run each, in order).
         They run one after another (side by side on disjoint `gpus`), detached: they go on
         with no gputui running. Returns the new job ids."""
-        from gputui.sanitize import check_label
+        from gputui.format import check_label
         from gputui.services.jobs import JobService, JobSpec, parse_gpus
 
         inst = gw.find(name)
