@@ -179,6 +179,9 @@ class McpSettings(_Section):
     # always needs it.
     confirm_over: dict[str, Decimal] = Field(
         default_factory=lambda: {"USD": Decimal("10"), "CNY": Decimal("70")})
+    # The one local folder `push` reads from and `pull` (and a when-done pull) writes into;
+    # unset: the folder `gputui mcp` was started in.
+    local_folder: str | None = None
 
     @field_validator("default_release", "max_release")
     @classmethod

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
@@ -35,6 +38,10 @@ if TYPE_CHECKING:
 
 MAX_OUTPUT = 64_000  # characters of command output returned (the tail)
 MAX_COMMAND_S = 600
+MAX_RUNS = 1000  # runs one jobs_add may queue
+MAX_COMMAND_CHARS = 16_000
+MAX_LOG_LINES = 5000
+POLICIES = ("release", "stop", "keep")
 
 
 def default_name(gpu: str) -> str:
@@ -117,6 +124,63 @@ class Gateway:
         if amount > cap:
             raise bad(f"{what} would spend up to {money(amount)} {currency}, over the "
                       f"{cap} {currency} cap: call again with confirm: true")
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def local_root(self) -> Path:
+        """The one local folder push reads from and pull writes into."""
+        text = self.config.mcp.local_folder
+        root = Path(os.path.expanduser(text)).resolve() if text else Path.cwd().resolve()
+        if not root.is_dir():
+            raise ToolError(f"[mcp] local_folder: {text}: no such folder")
+        return root
+
+    def local_path(self, text: Any, field: str, default: str | None = None) -> Path:
+        """A local path inside the local folder (relative paths are taken from it); anything
+        that leads out of it, by `..`, an absolute path or a link, is refused."""
+        root = self.local_root()
+        if text is None:
+            text = default
+        if not isinstance(text, str) or not text.strip() or "\x00" in text or len(text) > 4096:
+            raise bad(f"{field}: give a path inside {root}")
+        path = (root / os.path.expanduser(text.strip())).resolve()
+        if path != root and root not in path.parents:
+            raise bad(f"{field}: {text!r} is outside the folder gputui mcp may use ({root}; "
+                      "[mcp] local_folder)")
+        return path
+
+    async def remote_home(self, inst: Instance) -> str:
+        from gputui.remote.ssh import SSHLayerError
+        from gputui.remote.transfer import remote_home
+
+        try:
+            return await remote_home(await self.services.link(inst))
+        except (SSHLayerError, GputuiError) as exc:
+            raise ToolError(f"{inst.name}: {exc}") from None
+
+    @staticmethod
+    def remote_path(text: Any, home: str, field: str) -> str:
+        """A path on the instance inside its home (`~/x`, `x`, or absolute under the home)."""
+        from gputui.remote.transfer import remote_relpath
+
+        if not isinstance(text, str) or not text.strip() or "\x00" in text or len(text) > 4096:
+            raise bad(f"{field}: give a path inside the instance's home")
+        try:
+            return remote_relpath(text, home, inside_home=True)
+        except BadInput as exc:
+            raise bad(f"{field}: {exc}") from None
+
+    def clean(self, value: Any, limit: int = 4000) -> Any:
+        """Text from outside, fit for an agent: no secret, no terminal escape."""
+        from gputui.sanitize import sanitize
+
+        if isinstance(value, str):
+            return sanitize(self.mask(value), limit)
+        if isinstance(value, dict):
+            return {k: self.clean(v, limit) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.clean(v, limit) for v in value]
+        return value
 
     def duration(self, text: Any, field: str) -> timedelta:
         if not isinstance(text, str) or not text.strip():
@@ -411,6 +475,224 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             raise _fail(exc) from None
         return {"model": model, "loaded": True, "fit": result.fit.as_dict(),
                 "placement": result.placement.as_dict()}
+
+    # -- jobs and files ----------------------------------------------------------------------------
+
+    def job_id_of(job: Any) -> str:
+        if isinstance(job, bool) or not isinstance(job, int | str) or \
+                not str(job).strip().isdigit() or not 0 < int(str(job).strip()) < 10**9:
+            raise bad(f"job: {job!r} is not a job id (ids are numbers: 1, 2, ...)")
+        return str(int(str(job).strip()))
+
+    @server.tool()
+    async def jobs_add(name: str, command: str | None = None, commands: list[str] | None = None,
+                       label: str | None = None, cwd: str | None = None,
+                       gpus: list[int] | None = None, retries: int = 0) -> dict[str, Any]:
+        """Queue runs on the instance: one `command`, or `commands` (one run each, in order).
+        They run one after another (side by side on disjoint `gpus`), detached: they go on
+        with no gputui running. Returns the new job ids."""
+        from gputui.format import check_label
+        from gputui.services.jobs import JobService, JobSpec, parse_gpus
+
+        inst = gw.find(name)
+        if (command is None) == (commands is None):
+            raise bad("give command (one run) or commands (a list), not both and not neither")
+        texts = [command] if command is not None else list(commands or [])
+        if not texts or len(texts) > MAX_RUNS:
+            raise bad(f"commands: 1-{MAX_RUNS} commands")
+        for i, text in enumerate(texts):
+            where = "command" if command is not None else f"commands.{i}"
+            if not text.strip() or "\x00" in text or len(text) > MAX_COMMAND_CHARS:
+                raise bad(f"{where}: give a shell command (at most {MAX_COMMAND_CHARS} "
+                          "characters)")
+        if not 0 <= retries <= 100:
+            raise bad("retries: 0-100")
+        if label is not None:
+            try:
+                label = check_label(label, "label")
+            except BadInput as exc:
+                raise bad(str(exc)) from None
+        try:
+            gpu_set = parse_gpus(",".join(map(str, gpus)), inst.gpu_count) \
+                if gpus is not None else None
+        except BadInput as exc:
+            raise bad(str(exc).replace("--gpus", "gpus")) from None
+        if gpus is not None and (not gpus or any(g < 0 for g in gpus)):
+            raise bad("gpus: GPU indices such as [0, 1]")
+        if cwd is not None:
+            cwd = gw.remote_path(cwd, await gw.remote_home(inst), "cwd")
+        many = len(texts) > 1
+        specs = [JobSpec(command=text, name=f"{label}-{i}" if label and many else label,
+                         cwd=cwd, gpus=gpu_set, retries=retries)
+                 for i, text in enumerate(texts, 1)]
+        try:
+            ids = await JobService(gw.services).add(inst, specs)
+        except BadInput as exc:
+            raise bad(str(exc)) from None
+        except GputuiError as exc:
+            raise _fail(exc) from None
+        return {"name": inst.name, "ids": ids}
+
+    @server.tool()
+    async def jobs_list(name: str) -> dict[str, Any]:
+        """The instance's queue: each run's status, exit code, time, GPU use and cost (with
+        currency; a part of the instance's cost, not added to it), and the when-done policy."""
+        from gputui.services.jobs import JobService
+
+        inst = gw.find(name)
+        jobs = JobService(gw.services)
+        try:
+            view = await jobs.view(inst)
+        except GputuiError as exc:
+            raise _fail(exc) from None
+        runs = []
+        for job in view.jobs:
+            item = job.as_dict()
+            item.pop("log", None)  # a path on the instance: read it with jobs_log
+            runs.append(gw.clean(item))
+        rec = jobs.when_done(inst)
+        return {"name": inst.name, "runs": runs, "finished": view.finished,
+                "counts": view.counts(),
+                "when_done": None if rec is None else {
+                    "policy": rec.policy, "pulls": rec.pulls, "done": rec.done_at is not None,
+                    "outcome": rec.outcome}}
+
+    @server.tool()
+    async def jobs_log(name: str, job: int | str, lines: int = 200) -> dict[str, Any]:
+        """The last LINES lines of a run's output (stdout and stderr), escapes removed."""
+        from gputui.services.jobs import JobService
+
+        inst = gw.find(name)
+        job_id = job_id_of(job)
+        if not 1 <= lines <= MAX_LOG_LINES:
+            raise bad(f"lines: 1-{MAX_LOG_LINES}")
+        try:
+            text = await JobService(gw.services).log_tail(inst, job_id, lines)
+        except BadInput as exc:
+            raise bad(str(exc)) from None
+        except GputuiError as exc:
+            raise _fail(exc) from None
+        kept: list[str] = []
+        size = 0
+        for line in reversed(text):  # the tail, at most MAX_OUTPUT characters in all
+            line = gw.clean(line)
+            size += len(line) + 1
+            if size > MAX_OUTPUT:
+                break
+            kept.append(line)
+        return {"name": inst.name, "job": job_id, "lines": kept[::-1],
+                "truncated": len(kept) < len(text)}
+
+    @server.tool()
+    async def jobs_cancel(name: str, job: int | str) -> dict[str, Any]:
+        """Drop a queued run, or stop a running one."""
+        from gputui.services.jobs import JobService
+
+        inst = gw.find(name)
+        job_id = job_id_of(job)
+        try:
+            was = await JobService(gw.services).cancel(inst, job_id)
+        except BadInput as exc:
+            raise bad(str(exc)) from None
+        except GputuiError as exc:
+            raise _fail(exc) from None
+        return {"name": inst.name, "job": job_id, "cancelled": True, "was": gw.clean(was)}
+
+    @server.tool()
+    async def when_done(name: str, policy: str, pull: str | None = None,
+                        to: str | None = None, grace: str = "10m",
+                        confirm: bool = False) -> dict[str, Any]:
+        """What happens when the queue ends: release, stop or keep the instance, after
+        bringing `pull` (a path in its home) into `to` (inside the local folder) first.
+        `release` needs confirm: true (the disk goes with it). Carried out now if the queue
+        has ended, else by whichever gputui sees the end first (`gputui daemon`, the console,
+        `gputui reap`)."""
+        from gputui.config import parse_duration
+        from gputui.services.jobs import JobService
+
+        inst = gw.find(name)
+        if policy not in POLICIES:
+            raise bad(f"policy: one of {', '.join(POLICIES)}, not {policy!r}")
+        if to is not None and pull is None:
+            raise bad("to: needs pull")
+        try:
+            grace_s = parse_duration(grace).total_seconds() if isinstance(grace, str) else -1
+        except ValueError as exc:
+            raise bad(f"grace: {exc}") from None
+        if not 0 <= grace_s <= 24 * 3600:
+            raise bad("grace: a duration from 0 to 24h, such as 10m")
+        pulls: list[tuple[str, str]] = []
+        if pull is not None:
+            remote = gw.remote_path(pull, await gw.remote_home(inst), "pull")
+            default = posixpath.basename(remote.rstrip("/")) or "results"
+            pulls.append((remote, str(gw.local_path(to, "to", default))))
+        if policy == "release" and confirm is not True:
+            raise bad(f"when_done release of {inst.name} needs confirm: true (its disk and "
+                      "everything on it go with it)")
+        jobs = JobService(gw.services)
+        try:
+            rec = await jobs.set_when_done(inst, policy, pulls=pulls,  # type: ignore[arg-type]
+                                           grace_s=grace_s)
+            outcome = await jobs.finish(inst, force=True)  # the queue may have ended already
+        except BadInput as exc:
+            raise bad(str(exc)) from None
+        except GputuiError as exc:
+            raise _fail(exc) from None
+        result: dict[str, Any] = {"name": inst.name, "policy": rec.policy, "pulls": rec.pulls,
+                                  "grace_s": rec.grace_s, "outcome": outcome}
+        from gputui.services.daemon import deadline_keeper
+
+        if outcome is None and deadline_keeper(gw.services.state_dir) != "daemon":
+            result["warning"] = ("no gputui daemon runs: the policy is carried out when a "
+                                 "console or `gputui reap` next looks (start one with "
+                                 "`gputui daemon` or `gputui daemon --install`)")
+        return result
+
+    async def transfer(name: str, direction: str, local: Path, remote: str,
+                       checksum: bool) -> dict[str, Any]:
+        from gputui.remote.ssh import SSHLayerError
+        from gputui.remote.transfer import pull as pull_files
+        from gputui.remote.transfer import push as push_files
+
+        inst = gw.find(name)
+        try:
+            link = await gw.services.link(inst)
+            home = await gw.remote_home(inst)
+            where = gw.remote_path(remote, home, "remote")
+            if direction == "push":
+                summary = await push_files(link, local, where, checksum=checksum, home=home)
+            else:
+                summary = await pull_files(link, where, local, checksum=checksum, home=home,
+                                           inside_home=True)
+        except BadInput as exc:
+            raise bad(str(exc)) from None
+        except (SSHLayerError, GputuiError) as exc:
+            raise ToolError(gw.mask(f"{inst.name}: {exc}")) from None
+        return {"name": inst.name, **gw.clean(summary.as_dict())}
+
+    @server.tool()
+    async def push(name: str, local: str, remote: str | None = None,
+                   checksum: bool = False) -> dict[str, Any]:
+        """Send a file or folder from the local folder to the instance (inside its home;
+        default ~/<its name>); only what changed, .gitignore respected."""
+        path = gw.local_path(local, "local")
+        if not path.exists():
+            raise bad(f"local: {local}: no such file or folder in {gw.local_root()}")
+        return await transfer(name, "push", path, remote or f"~/{path.name}", checksum)
+
+    @server.tool()
+    async def pull(name: str, remote: str, local: str | None = None,
+                   checksum: bool = False) -> dict[str, Any]:
+        """Bring a file or folder from the instance's home into the local folder (default:
+        <local folder>/<its name>); only what changed."""
+        if not isinstance(remote, str) or not remote.strip():
+            raise bad("remote: give a path inside the instance's home")
+        default = posixpath.basename(posixpath.normpath(remote.strip()).rstrip("/"))
+        if default in ("", ".", "..", "~"):
+            default = "results"
+        path = gw.local_path(local, "local", default)
+        return await transfer(name, "pull", path, remote, checksum)
+
 
     return server, gw
 

@@ -155,6 +155,14 @@ async def test_results_never_carry_secrets(gputui_home: Path):
         assert SECRET not in json.dumps(run) and "key=***" in run["stdout"]
         listed = await session.call_tool("list_instances", {})
         assert SECRET not in json.dumps(listed.model_dump())
+        # no [mcp] local_folder: pulls land only in the folder the server was started in
+        with pytest.raises(MCPError, match="outside the folder gputui mcp may use"):
+            await session.call_tool("pull", {"name": made["name"], "remote": ".bashrc",
+                                             "local": str(gputui_home.parent / "x")})
+        data(await session.call_tool("run_command", {"name": made["name"],
+                                                     "command": "echo 5 > note.txt"}))
+        data(await session.call_tool("pull", {"name": made["name"], "remote": "note.txt"}))
+        assert (gputui_home / "note.txt").read_text() == "5\n"
         data(await session.call_tool("release", {"name": made["name"], "confirm": True}))
 
 
@@ -179,3 +187,139 @@ async def test_on_lambda_create_warns_that_no_daemon_keeps_the_deadline(gputui_h
             results.append(await session.call_tool("release", {"name": "lam", "confirm": True}))
             assert data(results[-1])["released"]
             assert all(TEST_KEY not in json.dumps(r.model_dump()) for r in results)
+
+
+async def _until_finished(session, name: str, deadline_s: float = 120) -> dict:
+    import asyncio
+    import time
+
+    end = time.monotonic() + deadline_s
+    while True:
+        queue = data(await session.call_tool("jobs_list", {"name": name}))
+        if queue["finished"] or time.monotonic() > end:
+            return queue
+        await asyncio.sleep(0.3)
+
+
+async def test_an_agent_pushes_queues_reads_and_pulls_inside_its_folders(gputui_home: Path,
+                                                                         tmp_path: Path):
+    """Push a project, queue two runs (one fails), read the queue and a log, pull the result,
+    then when-done release with a pull; paths outside the local folder or the instance's home
+    are refused, secrets masked."""
+    work = tmp_path / "work"
+    (work / "proj").mkdir(parents=True)
+    (work / "proj" / "train.py").write_text(
+        "import os\nos.makedirs('out', exist_ok=True)\n"
+        "open('out/result.txt', 'w').write('loss 0.125\\n')\nprint('trained')\n")
+    outside = tmp_path / "outside"
+    config = (f'[mcp]\nlocal_folder = "{work}"\n'
+              f'[providers.lambda]\nenabled = false\napi_key = "{SECRET}"\n')
+    async with agent(gputui_home, config) as session:
+        tools = {t.name for t in (await session.list_tools()).tools}
+        assert {"jobs_add", "jobs_list", "jobs_log", "jobs_cancel", "when_done", "push",
+                "pull"} <= tools
+        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "trainer",
+                                                "count": 2}))
+        pushed = data(await session.call_tool("push", {"name": "trainer", "local": "proj"}))
+        assert pushed["files"] == 1 and pushed["target"] == "proj"
+        added = data(await session.call_tool("jobs_add", {
+            "name": "trainer", "cwd": "~/proj", "label": "sweep",
+            "commands": ["python3 train.py",
+                         f"echo key={SECRET}; printf '\\033[31mboom\\n'; exit 3",
+                         "python3 -c \"print(('y' * 999 + chr(10)) * 100, end='')\""]}))
+        assert added["ids"] == ["1", "2", "3"]
+
+        queue = await _until_finished(session, "trainer")
+        runs = {r["id"]: r for r in queue["runs"]}
+        assert queue["finished"] and runs["1"]["status"] == "succeeded", queue
+        assert runs["2"]["status"] == "failed" and runs["2"]["exit_code"] == 3
+        assert [runs["1"]["name"], runs["2"]["name"]] == ["sweep-1", "sweep-2"]
+        assert runs["1"]["currency"] == "USD" and runs["1"]["cost"] is not None
+        assert SECRET not in json.dumps(queue) and "key=***" in runs["2"]["command"]
+
+        log = data(await session.call_tool("jobs_log", {"name": "trainer", "job": 2}))
+        assert "key=***" in log["lines"] and "boom" in log["lines"], log
+        assert SECRET not in json.dumps(log) and "\x1b" not in json.dumps(log)
+        assert "trained" in data(await session.call_tool("jobs_log", {
+            "name": "trainer", "job": "1"}))["lines"]
+        big = data(await session.call_tool("jobs_log", {"name": "trainer", "job": 3,
+                                                        "lines": 5000}))
+        assert big["truncated"] and 50 <= len(big["lines"]) < 100  # the tail, 64k at most
+        assert sum(len(line) + 1 for line in big["lines"]) <= 64_000
+
+        got = data(await session.call_tool("pull", {"name": "trainer",
+                                                    "remote": "proj/out"}))
+        assert got["files"] == 1
+        assert (work / "out" / "result.txt").read_text() == "loss 0.125\n"
+
+        # a run queued and cancelled
+        [long] = data(await session.call_tool("jobs_add", {"name": "trainer",
+                                                           "command": "sleep 300"}))["ids"]
+        later = data(await session.call_tool("when_done", {
+            "name": "trainer", "policy": "keep", "pull": "proj/out", "to": "later"}))
+        assert later["outcome"] is None and "no gputui daemon runs" in later["warning"]
+        assert later["pulls"] == [{"remote": "proj/out", "local": str(work / "later")}]
+        cancelled = data(await session.call_tool("jobs_cancel", {"name": "trainer",
+                                                                 "job": long}))
+        assert cancelled["cancelled"]
+        queue = await _until_finished(session, "trainer")
+        assert {r["id"]: r["status"] for r in queue["runs"]}[long] == "cancelled"
+
+        # bad input: a JSON-RPC error, one line; nothing queued, written or released
+        cases = [
+            ("pull", {"name": "trainer", "remote": "/etc/passwd"}, "outside the instance"),
+            ("pull", {"name": "trainer", "remote": "../../x"}, "outside the instance"),
+            ("pull", {"name": "trainer", "remote": "proj/out", "local": str(outside)},
+             "outside the folder"),
+            ("pull", {"name": "trainer", "remote": "proj/out", "local": "../outside"},
+             "outside the folder"),
+            ("pull", {"name": "trainer", "remote": "proj/out", "local": "~/stolen"},
+             "outside the folder"),
+            ("pull", {"name": "trainer", "remote": "nothing-here"}, "no such file"),
+            ("push", {"name": "trainer", "local": "/etc/hostname"}, "outside the folder"),
+            ("push", {"name": "trainer", "local": "proj", "remote": "/etc/proj"},
+             "outside the instance"),
+            ("push", {"name": "trainer", "local": "missing"}, "no such file"),
+            ("push", {"name": "nosuch", "local": "proj"}, "no instance named"),
+            ("jobs_add", {"name": "trainer"}, "give command"),
+            ("jobs_add", {"name": "trainer", "command": "x", "commands": ["y"]}, "not both"),
+            ("jobs_add", {"name": "trainer", "commands": []}, "commands: 1-"),
+            ("jobs_add", {"name": "trainer", "command": "  "}, "command: give"),
+            ("jobs_add", {"name": "trainer", "command": "true", "gpus": [5]}, "gpus"),
+            ("jobs_add", {"name": "trainer", "command": "true", "retries": -1}, "retries"),
+            ("jobs_add", {"name": "trainer", "command": "true", "cwd": "/etc"}, "cwd"),
+            ("jobs_add", {"name": "nosuch", "command": "true"}, "no instance named"),
+            ("jobs_log", {"name": "trainer", "job": "abc"}, "not a job id"),
+            ("jobs_log", {"name": "trainer", "job": 99}, "no job 99"),
+            ("jobs_log", {"name": "trainer", "job": 1, "lines": 0}, "lines"),
+            ("jobs_cancel", {"name": "trainer", "job": -1}, "not a job id"),
+            ("when_done", {"name": "trainer", "policy": "explode"}, "policy"),
+            ("when_done", {"name": "trainer", "policy": "keep", "grace": "forever"}, "grace"),
+            ("when_done", {"name": "trainer", "policy": "keep", "to": "x"}, "to: needs pull"),
+            ("when_done", {"name": "trainer", "policy": "keep", "pull": "/etc"},
+             "outside the instance"),
+            ("when_done", {"name": "trainer", "policy": "keep", "pull": "proj",
+                           "to": str(outside)}, "outside the folder"),
+            ("when_done", {"name": "trainer", "policy": "release"}, "confirm: true"),
+        ]
+        for tool, args, text in cases:
+            with pytest.raises(MCPError) as caught:
+                await session.call_tool(tool, args)
+            assert caught.value.code == -32602, (tool, args, caught.value.message)
+            assert text in caught.value.message and "\n" not in caught.value.message, (
+                tool, args, caught.value.message)
+        assert not outside.exists() and not (tmp_path / "stolen").exists()
+        assert not (work / "nothing-here").exists()
+        queue = data(await session.call_tool("jobs_list", {"name": "trainer"}))
+        assert len(queue["runs"]) == 4  # nothing queued
+        assert queue["when_done"]["policy"] == "keep"  # the refused release changed nothing
+        assert [i["name"] for i in instances(gputui_home)] == ["trainer"]
+
+        # the queue has ended: when_done release (with a pull) is carried out at once
+        (work / "out" / "result.txt").unlink()
+        done = data(await session.call_tool("when_done", {
+            "name": "trainer", "policy": "release", "pull": "~/proj/out", "to": "final",
+            "confirm": True}))
+        assert done["outcome"] == "released", done
+        assert (work / "final" / "result.txt").read_text() == "loss 0.125\n"
+    assert instances(gputui_home) == []

@@ -373,8 +373,8 @@ async def _remote_files(sftp: asyncssh.SFTPClient, root: str,
         path = posixpath.join(root, rel_dir) if rel_dir else root
         async for entry in sftp.scandir(path):
             name = entry.filename if isinstance(entry.filename, str) else entry.filename.decode()
-            if name in (".", ".."):
-                continue
+            if name in (".", "..") or "/" in name or "\x00" in name:
+                continue  # never a name that leads out of the copy (a hostile SFTP server)
             rel = f"{rel_dir}/{name}" if rel_dir else name
             kind = entry.attrs.type
             is_dir = kind == asyncssh.FILEXFER_TYPE_DIRECTORY

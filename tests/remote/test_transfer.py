@@ -201,3 +201,44 @@ async def test_openssh_sftp_and_scp_reach_the_sandbox(services: Services, tmp_pa
                                    capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert sftp.returncode == 0, sftp.stderr
     assert (tmp_path / "down.txt").read_text() == "via scp\n"
+
+
+async def test_a_hostile_sftp_server_cannot_name_a_file_outside_the_copy(tmp_path: Path):
+    """Names in a listing come from the instance: one with a slash, or `..`, would lead a pull
+    out of its folder, so it is never listed (a real asyncssh server that lies in readdir)."""
+    import asyncssh
+
+    served = tmp_path / "remote"
+    (served / "res").mkdir(parents=True)
+    (served / "res" / "ok.txt").write_text("ok\n")
+
+    class Hostile(asyncssh.SFTPServer):
+        def __init__(self, chan):
+            super().__init__(chan, chroot=str(served).encode())
+
+        async def scandir(self, path):
+            async for name in super().scandir(path):
+                yield name
+            lie = asyncssh.SFTPAttrs(type=asyncssh.FILEXFER_TYPE_REGULAR, size=3,
+                                     permissions=0o100644, mtime=0)  # S_IFREG: v3 says so
+            for bad_name in (b"../../escape", b"sub/../../x", b"..", b"nul\x00x"):
+                yield asyncssh.SFTPName(bad_name, attrs=lie)
+
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    server = await asyncssh.listen(
+        "127.0.0.1", 0, server_host_keys=[host_key], sftp_factory=Hostile,
+        authorized_client_keys=asyncssh.import_authorized_keys(
+            client_key.export_public_key().decode()))
+    port = server.sockets[0].getsockname()[1]
+    try:
+        known = asyncssh.import_known_hosts(
+            f"[127.0.0.1]:{port} {host_key.export_public_key().decode()}")
+        async with asyncssh.connect("127.0.0.1", port, username="u", client_keys=[client_key],
+                                    known_hosts=known, config=None, agent_path=None) as conn:
+            async with conn.start_sftp_client() as sftp:
+                entries, _ignored, is_file = await transfer._remote_files(sftp, "res", None)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert not is_file and [e.rel for e in entries] == ["ok.txt"]

@@ -297,3 +297,50 @@ async def test_release_command_says_another_process_is_releasing(services, gputu
     await services.store.drop_claim(inst.id, "the-daemon")
     out = await asyncio.to_thread(gputui, gputui_home, "release", "held")
     assert out.returncode == 0 and out.stdout.startswith("released held"), out
+
+
+async def test_a_daemon_alone_pulls_the_results_and_releases_when_the_queue_ends(
+        services, gputui_home: Path, tmp_path: Path):
+    """`gputui jobs NAME when-done release --pull` and then nothing but `gputui daemon`: no
+    console, no `gputui reap`. When the queue ends, the daemon brings the results home, then
+    releases the instance (reason "done"), once."""
+    from gputui.models import InstanceStatus
+    from gputui.services.jobs import JobService, JobSpec
+
+    inst = await _sandbox_instance(services, "queue", Lease(
+        instance_id="x", release_at=utcnow() + timedelta(hours=2)))
+    # the run waits for a file, so the queue ends only once the daemon alone is watching
+    await JobService(services).add(inst, [JobSpec(
+        "while [ ! -e go ]; do sleep 0.2; done; mkdir -p res; echo 42 > res/x", name="train")])
+    results = tmp_path / "results"
+    set_policy = await asyncio.to_thread(
+        gputui, gputui_home, "jobs", "queue", "when-done", "release", "--pull", "res",
+        "--to", str(results))
+    assert set_policy.returncode == 0, set_policy.stderr
+    assert "done now" not in set_policy.stdout  # still running: nothing done yet
+    log = gputui_home / "daemon.err"
+    with log.open("w") as err:
+        daemon = subprocess.Popen(  # noqa: ASYNC220 (started once; the test awaits its effects)
+            [*GPUTUI, "daemon", "--interval", "1"], stdout=err, stderr=err,
+            env=run_gputui_env(gputui_home), stdin=subprocess.DEVNULL)
+    try:
+        assert await _until(lambda: daemon_status(gputui_home) is not None, 60)
+        assert services.store.get_instance_sync(inst.id).status == InstanceStatus.RUNNING
+        (gputui_home / "sandbox" / "instances" / inst.id / "go").touch()  # the run finishes
+
+        def ended() -> bool:
+            services.store.poll_external()
+            return not services.store.get_instance_sync(inst.id).status.live
+
+        assert await _until(ended, 120, step=0.3), log.read_text()
+    finally:
+        daemon.terminate()
+        await asyncio.to_thread(daemon.wait, 30)
+    assert (results / "x").read_text() == "42\n"  # home before the release
+    ended_inst = services.store.get_instance_sync(inst.id)
+    assert ended_inst.status == InstanceStatus.RELEASED and ended_inst.end_reason == "done"
+    [entry] = await services.store.ledger()
+    assert entry.end_reason == "done" and entry.currency == "USD"
+    text = log.read_text()
+    assert f"queue: queue done — released, results in {results}" in text, text
+    assert "error" not in text, text
