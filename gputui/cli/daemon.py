@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -17,6 +16,8 @@ from gputui.cli.output import print_json
 from gputui.i18n import _
 
 if TYPE_CHECKING:
+    import subprocess
+
     from gputui.store import Notice
 
 EXIT_NOT_RUNNING = 3  # `daemon status` when none runs (as LSB init scripts say it)
@@ -40,6 +41,8 @@ class Notifier:
         print(f"{stamp} {notice.severity}: {text}", file=sys.stderr, flush=True)
         self._children = [c for c in self._children if c.poll() is None]
         if self.notify_send and (notice.bell or notice.severity != "information"):
+            import subprocess
+
             urgency = "critical" if notice.severity == "error" else "normal"
             try:
                 self._children.append(subprocess.Popen(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
@@ -364,6 +363,8 @@ async def _rent(services: Any, args: argparse.Namespace) -> Any:
 
 
 async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> int:
+    import asyncio  # here, not at the top: every command's start would pay for it
+
     from gputui.nvidia.nvsmi import sanitize
     from gputui.remote.ssh import SSHLayerError
     from gputui.remote.transfer import push
@@ -423,6 +424,8 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
 
 
 async def _interrupted(services: Any, jobs: Any, inst: Any, job_id: str) -> int:
+    import asyncio
+
     answer = ""
     if sys.stdin.isatty():
         sys.stderr.write("\n" + _("stop job {job_id} on {name}? [y/N] ").format(job_id=job_id,
