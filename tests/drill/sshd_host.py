@@ -59,11 +59,11 @@ def go_down_at_power_off(host: Path, proc: subprocess.Popen) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def start_sshd(tmp_path: Path, extra: str = "") -> SshdHost:
+def start_sshd(tmp_path: Path, extra: str = "", *, gpu_count: int = 1) -> SshdHost:
     assert SSHD is not None
     host = tmp_path / "host"
     create_instance_dir(host, instance_id="sshd-host", gpu_name="NVIDIA A100-SXM4-80GB",
-                        gpu_count=1, memory_total_mib=81920, power_limit_w=400, tdp_w=400)
+                        gpu_count=gpu_count, memory_total_mib=81920, power_limit_w=400, tdp_w=400)
     keys = tmp_path / "keys"
     keys.mkdir()
     host_key = asyncssh.generate_private_key("ssh-ed25519")

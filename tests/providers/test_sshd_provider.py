@@ -7,9 +7,6 @@ records the power-off), so the test powers nothing off.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -20,64 +17,23 @@ import pytest
 from gputui.config import Config
 from gputui.models import Granularity, InstanceStatus
 from gputui.remote.sshline import parse_ssh_line
-from gputui.sandbox.shims.state import create_instance_dir, power_state
+from gputui.sandbox.shims.state import power_state
 from gputui.services.hosts import add_ssh_host
 from gputui.services.hub import ServiceError, Services
 from gputui.store import SessionStore
-from tests.drill.sshd_host import go_down_at_power_off
+from tests.drill.sshd_host import SSHD, free_port, start_sshd
 
-SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 pytestmark = pytest.mark.skipif(
     SSHD is None or os.geteuid() != 0,
     reason="OpenSSH's sshd is not installed (CI installs openssh-server) or not running as root",
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def sshd(tmp_path: Path):
-    host = tmp_path / "host"
-    create_instance_dir(host, instance_id="sshd-host", gpu_name="NVIDIA A100-SXM4-80GB",
-                        gpu_count=4, memory_total_mib=81920, power_limit_w=400, tdp_w=400)
-    keys = tmp_path / "keys"
-    keys.mkdir()
-    host_key = asyncssh.generate_private_key("ssh-ed25519")
-    (keys / "host").write_bytes(host_key.export_private_key("openssh"))
-    (keys / "host").chmod(0o600)
-    client = asyncssh.generate_private_key("ssh-ed25519")
-    (keys / "client").write_bytes(client.export_private_key("openssh"))
-    (keys / "client").chmod(0o600)
-    (keys / "authorized_keys").write_bytes(client.export_public_key("openssh"))
-    port = free_port()
-    config = tmp_path / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
-        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {tmp_path / 'sshd.pid'}\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-        "StrictModes no\nPermitRootLogin prohibit-password\n"
-        f"SetEnv PATH={host / 'bin'}:/usr/bin:/bin\n"
-    )
-    Path("/run/sshd").mkdir(exist_ok=True)
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("sshd did not start: " + proc.stderr.read().decode()[-500:])
-    go_down_at_power_off(host, proc)
-    yield {"port": port, "key": keys / "client", "host": host, "host_key": host_key}
-    if proc.poll() is None:
-        proc.terminate()
-    proc.wait(timeout=10)
+    host = start_sshd(tmp_path, gpu_count=4)  # goes down at the recorded power-off
+    yield {"port": host.port, "key": host.key, "host": host.host, "host_key": host.host_key}
+    host.stop()
 
 
 @pytest.fixture
