@@ -218,19 +218,53 @@ def test_compiles_without_babel_warnings():
 # Text marked for translation
 # ------------------------------------------------------------------------------------------
 
-# Scope, for now: the command line (gputui/cli/) and the doctor's diagnoses
-# (gputui/nvidia/diagnose.py). The screens (gputui/ui/, app.py) are not checked yet.
-SCOPED = sorted((REPO / "gputui" / "cli").glob("*.py")) + [REPO / "gputui" / "nvidia" / "diagnose.py"]
+# Every module of gputui/ but the simulated cloud (gputui/sandbox/ plays remote programs, whose
+# output is English as the real ones' is). NOT_YET: modules whose text is still to be marked;
+# each group is one piece of work, and a file leaves the list when its text is marked.
+NOT_YET = {
+    # the console's frame: app, home, dialogs, help, widgets
+    "app.py", "ui/base.py", "ui/dialogs.py", "ui/help.py", "ui/home.py", "ui/livetable.py",
+    "ui/theming.py", "ui/widgets.py",
+
+    # catalog and create
+    "ui/catalog.py", "ui/catalog_views.py", "ui/create.py", "catalog/fit.py", "catalog/jobcost.py",
+    "catalog/prices.py", "catalog/shapes.py", "catalog/specs.py", "services/catalog.py",
+
+    # monitor and Ollama
+    "ui/monitor/detail.py", "ui/monitor/overview.py", "ui/monitor/processes.py",
+    "ui/monitor/render.py", "ui/monitor/screen.py", "ui/ollama.py", "services/ollama/fit.py",
+    "services/ollama/systemd.py", "services/smi.py", "services/telemetry/base.py",
+    "nvidia/nvml.py", "nvidia/nvsmi/fields.py", "cli/ollama_report.py",
+
+    # money, leases and jobs
+    "ui/costs.py", "ui/jobs.py", "services/arming.py", "services/costs.py", "services/daemon.py",
+    "services/hub.py", "services/jobs.py", "services/jobs_runner.py", "services/leases.py",
+    "services/metrics.py", "services/views.py", "models.py", "store.py",
+
+    # providers, SSH and transfers
+    "providers/autodl.py", "providers/lambda_cloud.py", "providers/sandbox.py",
+    "remote/ssh/link.py", "remote/transfer.py",
+}
+SCOPED = sorted(p for p in (REPO / "gputui").rglob("*.py")
+                if "sandbox" not in p.relative_to(REPO / "gputui").parts[:1]
+                and p.relative_to(REPO / "gputui").as_posix() not in NOT_YET)
 
 _MARKERS = {"_", "N_", "ngettext"}
-# Where a literal reaches a person.
 # Where a literal reaches a person: the first argument of these calls...
 _SHOWN_CALLS = {"print", "CommandError", "ConfigError", "BadInput", "NotFound", "GputuiError",
-                "UnknownInstance", "getpass", "exit", "error", "write"}
-# ...and these keywords of any call (argparse's help, a Diagnosis).
-_SHOWN_KWARGS = {"help", "description", "epilog", "problem", "fix"}
+                "UnknownInstance", "getpass", "exit", "error", "write",
+                # the console: widgets, toasts, bindings, table columns, rich text
+                "notify", "Static", "Label", "Button", "Binding", "add_column", "update",
+                "Option", "Text", "append", "Deferred", "warn", "set_title", "Markdown",
+                "Content", "ValueError", "RuntimeError"}
+# ...and these keywords of any call (argparse's help, a Diagnosis, a widget's title).
+_SHOWN_KWARGS = {"help", "description", "epilog", "problem", "fix", "placeholder", "title",
+                 "tooltip", "label", "sub_title", "border_title", "border_subtitle", "message",
+                 "reason", "detail", "hint", "text"}
 # Words that are names, not prose: they read the same in every language.
-_TECHNICAL = re.compile(r"^(gputui|nvidia-smi|ssh|json|csv|usd|gb|gib|h|s)$", re.I)
+_TECHNICAL = re.compile(
+    r"^(gputui|nvidia-smi|ssh|json|csv|usd|cny|gb|gib|mib|h|s|ms|gpu|gpus|vram|cuda|nvlink|"
+    r"ollama|enter|escape|space|tab|ctrl|shift|backspace|up|down|left|right|pgup|pgdn)$", re.I)
 
 
 def _words(node: ast.expr) -> list[str]:
@@ -273,12 +307,17 @@ def _unmarked(path: Path) -> list[str]:
     return found
 
 
-def test_user_visible_text_in_the_command_line_is_marked_for_translation():
-    """A literal printed, raised as an error, or given as --help text in gputui/cli/ or as a
-    diagnosis in gputui/nvidia/diagnose.py must go through _() / N_() / ngettext(). Scope:
-    those files only for now; the screens (gputui/ui/, app.py) are not checked yet."""
+def test_user_visible_text_is_marked_for_translation():
+    """A literal printed, raised as an error, given as --help text, a diagnosis, a toast, a
+    widget's text, a key's label or a column's header must go through _() / N_() / ngettext()
+    (see SCOPED and NOT_YET above)."""
     found = [line for path in SCOPED for line in _unmarked(path)]
     assert not found, "wrap in _() (see gputui/i18n.py):\n" + "\n".join(found)
+
+
+def test_not_yet_lists_only_files_that_exist():
+    missing = sorted(n for n in NOT_YET if not (REPO / "gputui" / n).exists())
+    assert not missing, missing
 
 
 def test_the_marking_check_catches_an_unmarked_string(tmp_path: Path):
