@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -16,14 +16,17 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 if TYPE_CHECKING:
+    from gputui.config import Config
+    from gputui.models import Instance
+    from gputui.services.hub import Services
+    from gputui.services.leases import LeaseService
     from gputui.services.telemetry import TelemetryService
+    from gputui.store import SessionStore
 
-from gputui.config import Config, config_dir, ensure_state_dir, set_theme, state_path
+# Nothing imported here loads pydantic: the first frame is drawn before the session (config,
+# store, services) is opened; see GpuTuiApp.open_session.
 from gputui.format import sum_as_shown
-from gputui.models import Instance, utcnow
-from gputui.services.hub import Services
-from gputui.services.leases import LeaseService, session_leases
-from gputui.store import InstanceChanged, Notice, SessionStore
+from gputui.paths import config_dir, early_setting
 from gputui.ui.base import BaseScreen
 from gputui.ui.help import HelpScreen
 from gputui.ui.theming import DEFAULT_THEME, load_themes
@@ -40,6 +43,10 @@ SCREENS: list[tuple[str, str, str, str, str]] = [
     ("ollama", "o", "Ollama", "gputui.ui.ollama:OllamaScreen", "Ollama models and GPU selection"),
     ("costs", "c", "Costs", "gputui.ui.costs:CostsScreen", "Running cost meter, budgets, ledger"),
 ]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def screen_class(spec: str) -> type[BaseScreen]:
@@ -76,12 +83,17 @@ class GpuTuiApp(App[int]):
         background: bool = True,
     ) -> None:
         super().__init__()
-        self.config = config or Config()
-        if store is None:
-            ensure_state_dir()
-            store = SessionStore(state_path())
-        self.store = store
-        self.services = services or Services(store, self.config)  # the session: owns services
+        # The session: the settings, the store and the services on them. Given (tests, tools)
+        # they are used as they are and the session opens before the first frame; the
+        # console's own start gives none, draws its first frame, then opens it (reading and
+        # validating config.toml, the state database) — see open_session.
+        self._config = config
+        self._store = store
+        self._services = services
+        self._open_after_first_frame = config is None and store is None and services is None
+        self.session_open = False
+        self._when_open: list[Callable[[], None]] = []
+        self.startup_error: Exception | None = None  # a broken config.toml: the app exits 2
         self.focus_instance: str | None = None  # set by Home's Enter, read by the Monitor
         self._closed = False
         self._background = background  # tests of pure layout turn the lease clock off
@@ -93,8 +105,47 @@ class GpuTuiApp(App[int]):
         self._live: list[Instance] = []
         self._wallet: tuple[Decimal, str] | None = None  # (balance, currency), read now and then
         self._unsubscribe: Callable[[], None] | None = None
-        self.now: Callable[[], datetime] = utcnow  # tests freeze the clock here
+        self.now: Callable[[], datetime] = _utcnow  # tests freeze the clock here
         self._choose_theme()
+
+    # -- the session ----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            from gputui.config import load_config
+
+            self._config = load_config()
+        return self._config
+
+    @config.setter
+    def config(self, value: Config) -> None:
+        self._config = value
+
+    @property
+    def store(self) -> SessionStore:
+        if self._store is None:
+            from gputui.paths import ensure_state_dir, state_path
+            from gputui.store import SessionStore
+
+            ensure_state_dir()
+            self._store = SessionStore(state_path())
+        return self._store
+
+    @property
+    def services(self) -> Services:
+        if self._services is None:
+            from gputui.services.hub import Services
+
+            self._services = Services(self.store, self.config)  # the session: owns services
+        return self._services
+
+    def when_open(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once the session is open (now, where it is)."""
+        if self.session_open:
+            callback()
+        else:
+            self._when_open.append(callback)
 
     # -- start-up -------------------------------------------------------------------------------
 
@@ -104,7 +155,11 @@ class GpuTuiApp(App[int]):
         for theme in loaded.themes.values():
             self.register_theme(theme)
         self._theme_warnings = list(loaded.warnings)
-        wanted = self._requested_theme or self.config.ui.theme or DEFAULT_THEME
+        configured = (self._config.ui.theme if self._config is not None
+                      else early_setting("ui", "theme"))
+        if not isinstance(configured, str):
+            configured = None  # a broken file: open_session reports it
+        wanted = self._requested_theme or configured or DEFAULT_THEME
         if wanted not in self.available_themes:
             self._theme_warnings.append(f"unknown theme {wanted!r}; using {DEFAULT_THEME}")
             wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
@@ -112,17 +167,34 @@ class GpuTuiApp(App[int]):
         self._theme_chosen = wanted
 
     def on_mount(self) -> None:
-        for warning in self._theme_warnings:
-            self.notify(warning, severity="warning", timeout=8)
-        if self._requested_theme and self._remember_theme:
-            self._save_theme(self._theme_chosen)
         # Store events are published on whichever thread changed the store (a worker thread
         # for `await store.put_instance(...)`): they reach the App on its own loop, and the
         # services they drive are made here, on that loop.
         self._app_loop = asyncio.get_running_loop()
         self._app_thread = threading.get_ident()
+        if self._open_after_first_frame:
+            self.call_after_refresh(self.open_session)
+        else:
+            self.open_session()
+
+    def open_session(self) -> None:
+        """Read the settings and the state, start the clocks, and let the screens fill in."""
+        from gputui.errors import GputuiError
+
+        try:
+            self._config = self.config  # validated here: a broken file is one line, exit code 2
+            self._services = self.services
+        except GputuiError as exc:
+            self.startup_error = exc
+            self.exit(return_code=2)
+            return
+        for warning in self._theme_warnings:
+            self.notify(warning, severity="warning", timeout=8)
+        if self._requested_theme and self._remember_theme:
+            self._save_theme(self._theme_chosen)
+        self.session_open = True
         if self._background:
-            _ = self.telemetry
+            self.telemetry.set_background(not self._telemetry_shown)
         self._reload_live()
         self.call_after_refresh(self._after_first_frame)
         self._unsubscribe = self.store.subscribe(self._on_store_event)
@@ -135,6 +207,9 @@ class GpuTuiApp(App[int]):
             # once the first frame is up, the other screens' code and the catalog's data are
             # read in the background, so a screen's first opening does not wait for them
             self.set_timer(0.5, self._preload)
+        waiting, self._when_open = self._when_open, []
+        for callback in waiting:
+            callback()
 
     def _after_first_frame(self) -> None:
         self._first_frame = True
@@ -194,6 +269,8 @@ class GpuTuiApp(App[int]):
     @cached_property
     def leases(self) -> LeaseService:
         """The session's lease service (the session makes it once and closes it)."""
+        from gputui.services.leases import session_leases
+
         return session_leases(self.services)
 
     @cached_property
@@ -221,9 +298,12 @@ class GpuTuiApp(App[int]):
         self._closed = True
         if self._unsubscribe is not None:
             self._unsubscribe()
-        await self.services.close()  # its services too (telemetry, leases), then its links
+        if self._services is not None:
+            await self._services.close()  # its services too (telemetry, leases), then its links
 
     def _save_theme(self, name: str) -> None:
+        from gputui.config import set_theme
+
         self.config.ui.theme = name
         try:
             set_theme(name)
@@ -235,6 +315,8 @@ class GpuTuiApp(App[int]):
             if not self._app_loop.is_closed():
                 self._app_loop.call_soon_threadsafe(self._on_store_event, event)
             return
+        from gputui.store import InstanceChanged, Notice
+
         if isinstance(event, InstanceChanged):
             self._reload_live()
         elif isinstance(event, Notice):
@@ -364,7 +446,8 @@ class GpuTuiApp(App[int]):
                     title="Do you want to quit?")
 
     def watch_theme(self, name: str) -> None:
-        if self.is_running and self._remember_theme and name != self.config.ui.theme:
+        if (self.is_running and self.session_open and self._remember_theme
+                and name != self.config.ui.theme):
             self._save_theme(name)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

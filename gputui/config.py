@@ -18,49 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gputui.errors import BadInput
 from gputui.i18n import _, ngettext
-
-APP_NAME = "gputui"
-CONFIG_NAME = "config.toml"
-STATE_NAME = "state.db"
+from gputui.paths import (  # noqa: F401 (where things live: imported from here too)
+    APP_NAME,
+    CONFIG_NAME,
+    STATE_NAME,
+    _private_mkdir,
+    config_dir,
+    config_path,
+    ensure_state_dir,
+    state_dir,
+    state_path,
+)
 
 
 class ConfigError(BadInput):
     """A problem with a settings file, said in one line."""
-
-
-def _private_mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
-
-
-def config_dir() -> Path:
-    home = os.environ.get("GPUTUI_HOME")
-    if home:
-        return Path(home).expanduser()
-    from platformdirs import user_config_path
-
-    return user_config_path(APP_NAME)
-
-
-def state_dir() -> Path:
-    home = os.environ.get("GPUTUI_HOME")
-    if home:
-        return Path(home).expanduser()
-    from platformdirs import user_state_path
-
-    return user_state_path(APP_NAME)
-
-
-def config_path() -> Path:
-    return config_dir() / CONFIG_NAME
-
-
-def state_path() -> Path:
-    return state_dir() / STATE_NAME
-
-
-def ensure_state_dir() -> Path:
-    return _private_mkdir(state_dir())
 
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.I)

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
-from pathlib import Path
 from typing import Any, NoReturn
 
 from gputui import __version__
@@ -34,13 +32,13 @@ SUBJECTS = ("instances", "lifecycle", "jobs", "ollama", "gpus", "costs", "catalo
 
 
 def _run_console(args: argparse.Namespace) -> int:
-    from gputui.config import load_config
-
-    config = load_config()
     from gputui.app import GpuTuiApp
 
-    app = GpuTuiApp(config=config, theme_name=args.theme)
+    # the app draws its first frame, then reads config.toml and the state (open_session)
+    app = GpuTuiApp(theme_name=args.theme)
     app.run()
+    if app.startup_error is not None:  # a broken config.toml: one line, exit code 2
+        raise app.startup_error
     return app.return_code or 0
 
 
@@ -89,22 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _configured_language() -> str | None:
     """`language` in config.toml, read early and leniently: a broken file is reported later by
-    `load_config`, in the language chosen without it. The path is `gputui.config.config_path()`,
-    worked out here without importing pydantic so that `gputui --help` stays fast."""
-    import tomllib
+    `load_config`, in the language chosen without it (read without pydantic, so that
+    `gputui --help` stays fast)."""
+    from gputui.paths import early_setting
 
-    home = os.environ.get("GPUTUI_HOME")
-    if home:
-        folder = Path(home).expanduser()
-    else:
-        from platformdirs import user_config_path
-
-        folder = user_config_path("gputui")
-    try:
-        data = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
-    value = data.get("language")
+    value = early_setting("language")
     return value if isinstance(value, str) else None
 
 

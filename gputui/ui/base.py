@@ -10,11 +10,11 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 
-from gputui.store import Event
 from gputui.ui.widgets import KeyFooter, TopBar
 
 if TYPE_CHECKING:
     from gputui.app import GpuTuiApp
+    from gputui.store import Event
 
 
 def _freeze_heap() -> None:
@@ -54,11 +54,22 @@ class BaseScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(TopBar).title = self.TITLE
+        self.gapp.when_open(self._session_opened)
+
+    def _session_opened(self) -> None:
+        if not self.is_attached:  # gone before the session opened
+            return
+
         def forward(ev: Event) -> None:  # post_message is safe from any thread
             self.post_message(StoreEvent(ev))
 
         self._unsubscribe = self.gapp.store.subscribe(forward)
         self.gapp.refresh_meter(self)
+        self.on_session_open()
+
+    def on_session_open(self) -> None:
+        """The settings and the store can be read (the console opens them after its first
+        frame): a screen fills itself in here."""
         # a screen lives until the app ends: once drawn, its widgets leave the collector's
         # full passes too (see GpuTuiApp._freeze_heap)
         if getattr(self.gapp, "freeze_heap", False):

@@ -15,9 +15,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from gputui.config import parse_duration
 from gputui.format import format_remaining
-from gputui.models import as_utc
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -306,7 +304,11 @@ def parse_release(text: str, now: datetime) -> datetime:
             raise ValueError(f"{raw!r} is not a clock time (try 18:30)") from None
         if local <= now:
             local += timedelta(days=1)
+        from gputui.models import as_utc
+
         return as_utc(local)
+    from gputui.config import parse_duration
+
     delta = parse_duration(raw)
     if delta < timedelta(minutes=1):
         raise ValueError("the timer must be at least 1 minute")

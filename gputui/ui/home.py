@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.text import Text
@@ -13,10 +14,11 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
 from gputui.format import format_money, format_remaining, short_gpu
-from gputui.models import Instance, Lease
-from gputui.store import InstanceChanged, LeaseChanged, LinkChanged
 from gputui.ui.base import BaseScreen, StoreEvent
 from gputui.ui.dialogs import on_answer
+
+if TYPE_CHECKING:  # (the first frame is drawn before the models are loaded)
+    from gputui.models import Instance, Lease
 
 EMPTY_HINT = (
     "No instances yet. Press [b]n[/b] to rent one (the sandbox needs no account), "
@@ -70,7 +72,9 @@ class HomeScreen(BaseScreen):
     """
 
     def compose_body(self) -> ComposeResult:
-        yield Static(EMPTY_HINT, id="hint")
+        hint = Static(EMPTY_HINT, id="hint")
+        hint.display = False  # until the store is read: there may be instances
+        yield hint
         yield Static("", id="keeper")
         yield DataTable(id="instances", cursor_type="row", zebra_stripes=True)
 
@@ -82,6 +86,8 @@ class HomeScreen(BaseScreen):
         self._instances: dict[str, Instance] = {}
         self._leases: dict[str, Lease] = {}
         self._shown: dict[str, dict[str, str]] = {}  # the text each cell shows now
+
+    def on_session_open(self) -> None:
         self.reload()
         self.set_interval(1.0, self.tick)
 
@@ -182,6 +188,8 @@ class HomeScreen(BaseScreen):
                          {k: cells[k] for k in ("release", "cost", "link", "status")})
 
     def on_store_event(self, message: StoreEvent) -> None:
+        from gputui.store import InstanceChanged, LeaseChanged, LinkChanged
+
         if isinstance(message.event, InstanceChanged | LeaseChanged | LinkChanged):
             self.reload()
 
