@@ -32,6 +32,22 @@ REPO = Path(__file__).resolve().parents[2]
 
 CONSOLE = [sys.executable, "-m", "gputui", "--lang", "en"]
 FIRST_FRAME, FILLED_IN = "Quit", "No instances yet"
+# For scale: a bare Textual app with a top line, a table and a footer, timed the same way.
+BARE_APP = [sys.executable, "-c", """
+from textual.app import App
+from textual.widgets import DataTable, Footer, Static
+
+class Bare(App):
+    BINDINGS = [("q", "quit", "Quit")]
+    def compose(self):
+        yield Static("top")
+        yield DataTable()
+        yield Footer()
+    def on_mount(self):
+        self.query_one(DataTable).add_columns("Name", "GPU", "Status")
+
+Bare().run()
+"""]
 
 CASES: dict[str, list[str]] = {
     "baseline: import textual.app": [sys.executable, "-c", "import textual.app"],
@@ -39,20 +55,22 @@ CASES: dict[str, list[str]] = {
     "gputui instances --json": [sys.executable, "-m", "gputui", "instances", "--json"],
 }
 CONSOLE_CASES = {"console first frame": FIRST_FRAME, "console filled in (Home read)": FILLED_IN}
+BARE_CASE = "bare Textual app first frame"
 TARGETS = {"gputui --help": 0.6, "gputui instances --json": 0.8, "console first frame": 2.0}
 
 
-def console_times(env: dict[str, str], timeout: float = 20.0) -> dict[str, float]:
-    """Seconds from the start of `gputui` in an 80×24 pseudo-terminal until each marker of
-    CONSOLE_CASES has been written to it."""
+def console_times(env: dict[str, str], timeout: float = 20.0, cmd: list[str] = CONSOLE,
+                  cases: dict[str, str] = CONSOLE_CASES) -> dict[str, float]:
+    """Seconds from the start of `cmd` (the console) in an 80×24 pseudo-terminal until each
+    marker of `cases` has been written to it."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the console, on the pseudo-terminal
-        os.execve(CONSOLE[0], CONSOLE, env)
+        os.execve(cmd[0], cmd, env)
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     start = time.perf_counter()
     seen, got = b"", {}
     try:
-        while len(got) < len(CONSOLE_CASES) and time.perf_counter() - start < timeout:
+        while len(got) < len(cases) and time.perf_counter() - start < timeout:
             ready, _w, _x = select.select([fd], [], [], 0.05)
             if not ready:
                 continue
@@ -60,14 +78,14 @@ def console_times(env: dict[str, str], timeout: float = 20.0) -> dict[str, float
                 seen += os.read(fd, 65536)
             except OSError:  # the console ended
                 break
-            for name, marker in CONSOLE_CASES.items():
+            for name, marker in cases.items():
                 if name not in got and marker.encode() in seen:
                     got[name] = time.perf_counter() - start
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(fd)
-    missing = set(CONSOLE_CASES) - set(got)
+    missing = set(cases) - set(got)
     if missing:
         raise RuntimeError(f"the console never showed {sorted(missing)}")
     return got
@@ -93,10 +111,13 @@ def main() -> int:
         for cmd in CASES.values():  # warm the file cache and write .pyc files
             timed(cmd, env)
         console_times(env)
-        samples: dict[str, list[float]] = {name: [] for name in [*CASES, *CONSOLE_CASES]}
+        samples: dict[str, list[float]] = {
+            name: [] for name in [*CASES, BARE_CASE, *CONSOLE_CASES]}
         for _ in range(args.runs):  # interleaved, so drift hits every case alike
             for name, cmd in CASES.items():
                 samples[name].append(timed(cmd, env))
+            samples[BARE_CASE] += console_times(env, cmd=BARE_APP,
+                                                cases={BARE_CASE: FIRST_FRAME}).values()
             for name, seconds in console_times(env).items():
                 samples[name].append(seconds)
     base = statistics.median(samples["baseline: import textual.app"])
