@@ -328,7 +328,7 @@ class GpuTuiApp(App[int]):
         if self._wallet is not None:
             from gputui.services.views import runway_line
 
-            bar.account = runway_line(self._wallet[0], self._wallet[1], self._live)
+            bar.account = str(shown(runway_line(self._wallet[0], self._wallet[1], self._live)))
         bar.size_note = size_note(self.size.width, self.size.height)
 
     def keeper_note(self) -> str:
@@ -398,6 +398,14 @@ class GpuTuiApp(App[int]):
                     self.set_timer(0.01, lambda: when_there(tries + 1))
             when_there()
         return run
+
+    def action_command_palette(self) -> None:
+        """Textual's palette, its prompt in the language of now."""
+        from textual.command import CommandPalette
+
+        if self.use_command_palette and not CommandPalette.is_open(self):
+            self.push_screen(CommandPalette(placeholder=_("Search for commands…"),
+                                            id="--command-palette"))
 
     def action_help_quit(self) -> None:
         """ctrl+c does not quit (it copies in a text field): say which key does, in plain text

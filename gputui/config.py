@@ -418,7 +418,7 @@ def set_language_setting(language: str, path: Path | None = None) -> Path:
     for i, raw in enumerate(lines):
         stripped = raw.strip()
         if stripped.startswith("["):  # top-level keys come before the first table
-            lines.insert(0, setting)
+            lines.insert(i, setting)
             break
         if re.match(r"language\s*=", stripped):
             lines[i] = setting

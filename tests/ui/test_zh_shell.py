@@ -239,13 +239,15 @@ async def test_zh_help_lists_every_key_translated(gputui_home: Path, zh):
 # ------------------------------------------------------------------------------------------
 
 
-async def _palette(pilot, typed: str) -> None:
-    """Open the command palette, type `typed`, and run the one command it finds."""
-    from textual.command import CommandList, CommandPalette
+async def _palette(pilot, typed: str) -> str:
+    """Open the command palette, type `typed`, and run the one command it finds; the
+    palette's prompt as it read."""
+    from textual.command import CommandInput, CommandList, CommandPalette
 
     app = pilot.app
     await pilot.press("ctrl+p")
     palette = await shown(pilot, CommandPalette)
+    prompt = str(palette.query_one(CommandInput).placeholder)
     await pilot.press(*typed)
     commands = palette.query_one(CommandList)
     await until(pilot, lambda: commands.option_count == 1
@@ -253,6 +255,7 @@ async def _palette(pilot, typed: str) -> None:
                 and commands.highlighted == 0, "one command")
     await pilot.press("enter")
     await until(pilot, lambda: not isinstance(app.screen, CommandPalette), "the palette closed")
+    return prompt
 
 
 async def _on(pilot, key: str, title: str) -> None:
@@ -275,7 +278,7 @@ async def test_language_switch_from_the_palette_redraws_every_screen(gputui_home
         await _on(pilot, "h", "Instances")
         assert "Instances" in top_bar(app) and "q Quit" in footer_labels(app)
 
-        await _palette(pilot, "language中")
+        assert await _palette(pilot, "language中") == "Search for commands…"
         await until(pilot, lambda: current_language() == "zh", "Chinese")
         await until(pilot, lambda: "实例" in top_bar(app) and "q 退出" in footer_labels(app),
                     "Home in Chinese")
@@ -286,7 +289,7 @@ async def test_language_switch_from_the_palette_redraws_every_screen(gputui_home
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         assert data["language"] == "zh"
         text = path.read_text(encoding="utf-8")
-        assert text == 'language = "zh"\n' + kept  # the rest of the file as it was
+        assert text == kept.replace("[ui]", 'language = "zh"\n[ui]')  # the rest as it was
 
         await _on(pilot, "g", "GPU catalog")
         assert _("GPU catalog") in top_bar(app) and "q 退出" in footer_labels(app)
@@ -294,7 +297,7 @@ async def test_language_switch_from_the_palette_redraws_every_screen(gputui_home
         await _on(pilot, "m", "Monitor")  # made before the switch: made again, in Chinese
         assert "监控" in top_bar(app) and "q 退出" in footer_labels(app)
 
-        await _palette(pilot, "languageenglish")
+        assert await _palette(pilot, "languageenglish") == "搜索命令…"
         await until(pilot, lambda: current_language() == "en", "English")
         await until(pilot, lambda: "Monitor" in top_bar(app) and "q Quit" in footer_labels(app),
                     "Monitor in English")
@@ -334,3 +337,23 @@ async def test_switch_with_a_broken_config_still_switches(gputui_home: Path):
         await until(pilot, lambda: any(n.message.startswith("无法记住语言设置")
                                        for n in app._notifications), "the warning")
     assert path.read_text(encoding="utf-8") == "language = [\n"  # left as it was
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    (None, 'language = "zh"\n'),
+    ('# mine\n[ui]\ntheme = "gputui-16"\n', '# mine\nlanguage = "zh"\n[ui]\ntheme = "gputui-16"\n'),
+    ('language = "en"  # was\n\n[ui]\ntheme = "gputui-16"\n',
+     'language = "zh"\n\n[ui]\ntheme = "gputui-16"\n'),
+    ('[ui]\ntheme = "gputui-16"\n', 'language = "zh"\n[ui]\ntheme = "gputui-16"\n'),
+])
+def test_language_setting_keeps_the_rest_of_the_file(gputui_home: Path, before, after):
+    from gputui.config import load_config, set_language_setting
+
+    path = config_path()
+    if before is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(before, encoding="utf-8")
+    set_language_setting("zh")
+    assert path.read_text(encoding="utf-8") == after
+    assert load_config().language == "zh"
+    assert path.stat().st_mode & 0o077 == 0  # as every write of the config: owner only
