@@ -453,8 +453,15 @@ class GpuTuiApp(App[int]):
         """Show the console in `language` from now on, and remember it in config.toml."""
         self._switch_language(language)
 
-    @work(exclusive=True, group="language", exit_on_error=False)
+    @work(group="language", exit_on_error=False)
     async def _switch_language(self, language: str) -> None:
+        # one switch at a time, each to its end (never cancelled half-way between two modes)
+        lock = self.__dict__.setdefault("_language_lock", asyncio.Lock())
+        async with lock:
+            await self._switch_language_now(language)
+
+    async def _switch_language_now(self, language: str) -> None:
+        before = current_language()
         lang = set_language(language)
         self.config.language = lang  # type: ignore[assignment]
         try:
@@ -462,7 +469,8 @@ class GpuTuiApp(App[int]):
         except (OSError, ConfigError) as exc:  # this session still switches
             self.notify(_("could not remember the language: {problem}").format(problem=exc),
                         severity="warning")
-        await self.redraw_screens()
+        if lang != before:
+            await self.redraw_screens()
         self.notify(_("Language: {name}").format(name=LANGUAGE_NAMES[current_language()]))
 
     async def redraw_screens(self) -> None:

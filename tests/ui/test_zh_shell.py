@@ -310,6 +310,21 @@ async def test_language_switch_from_the_palette_redraws_every_screen(gputui_home
         assert any(n.message == "Language: English" for n in app._notifications)
 
 
+async def test_switches_in_quick_succession_end_in_the_last_language(gputui_home: Path):
+    app = make_app(gputui_home, instances=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await _home_ready(pilot)
+        for lang in ("zh", "en", "zh"):
+            app.switch_language(lang)
+        await until(pilot, lambda: not [w for w in app.workers if w.group == "language"],
+                    "the switches done")
+        await until(pilot, lambda: "实例" in top_bar(app), "Home in Chinese")
+        assert app.current_mode == "home" and "_relabel" not in app._modes
+        table = app.screen.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 2, "Home's rows")
+        assert tomllib.loads(config_path().read_text(encoding="utf-8"))["language"] == "zh"
+
+
 async def test_switch_keeps_the_monitors_live_data(gputui_home: Path, utc_clock):
     """The Monitor made again after a switch draws the telemetry it had (the streams are the
     session's, not the screen's)."""
