@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 # Nothing imported here loads pydantic: the first frame is drawn before the session (config,
 # store, services) is opened; see GpuTuiApp.open_session.
 from gputui.format import sum_as_shown
+from gputui.i18n import N_, _, current_language, set_language, shown
 from gputui.paths import config_dir, early_setting
 from gputui.ui.base import BaseScreen
 from gputui.ui.help import HelpScreen
@@ -34,15 +35,42 @@ from gputui.ui.widgets import TopBar, size_note
 
 # (mode, key, label, "module:Class", what it is for) — one key each, and a palette entry each.
 # Screens are imported when first shown, so the first frame does not wait for all of them.
+# Labels and descriptions are English (N_): the footer, the help and the palette translate them.
 SCREENS: list[tuple[str, str, str, str, str]] = [
-    ("home", "h", "Home", "gputui.ui.home:HomeScreen", "Instances, release countdowns and costs"),
-    ("catalog", "g", "Catalog", "gputui.ui.catalog:CatalogScreen", "Compare GPUs, check a model fits"),
-    ("create", "n", "New", "gputui.ui.create:CreateScreen", "Rent an instance with a release timer"),
-    ("monitor", "m", "Monitor", "gputui.ui.monitor:MonitorScreen", "Live GPU telemetry over SSH"),
-    ("jobs", "j", "Jobs", "gputui.ui.jobs:JobsScreen", "Queue runs, follow logs, pull results"),
-    ("ollama", "o", "Ollama", "gputui.ui.ollama:OllamaScreen", "Ollama models and GPU selection"),
-    ("costs", "c", "Costs", "gputui.ui.costs:CostsScreen", "Running cost meter, budgets, ledger"),
+    ("home", "h", N_("Home"), "gputui.ui.home:HomeScreen",
+     N_("Instances, release countdowns and costs")),
+    ("catalog", "g", N_("Catalog"), "gputui.ui.catalog:CatalogScreen",
+     N_("Compare GPUs, check a model fits")),
+    ("create", "n", N_("New"), "gputui.ui.create:CreateScreen",
+     N_("Rent an instance with a release timer")),
+    ("monitor", "m", N_("Monitor"), "gputui.ui.monitor:MonitorScreen",
+     N_("Live GPU telemetry over SSH")),
+    ("jobs", "j", N_("Jobs"), "gputui.ui.jobs:JobsScreen", N_("Queue runs, follow logs, pull results")),
+    ("ollama", "o", N_("Ollama"), "gputui.ui.ollama:OllamaScreen",
+     N_("Ollama models and GPU selection")),
+    ("costs", "c", N_("Costs"), "gputui.ui.costs:CostsScreen", N_("Running cost meter, budgets, ledger")),
 ]
+
+# The interface languages the palette offers, each named in its own language.
+LANGUAGE_NAMES: dict[str, str] = {"zh": "中文", "en": "English"}
+
+# Textual's own palette entries, in the language of now (the palette shows what this yields).
+_TEXTUAL_COMMANDS: dict[str, str] = {
+    "Quit": N_("Quit"),
+    "Quit the application as soon as possible": N_("Quit the application as soon as possible"),
+    "Keys": N_("Keys"),
+    "Show help for the focused widget and a summary of available keys":
+        N_("Show help for the focused widget and a summary of available keys"),
+    "Hide the keys and widget help panel": N_("Hide the keys and widget help panel"),
+    "Minimize": N_("Minimize"),
+    "Minimize the widget and restore to normal size":
+        N_("Minimize the widget and restore to normal size"),
+    "Maximize": N_("Maximize"),
+    "Maximize the focused widget": N_("Maximize the focused widget"),
+    "Screenshot": N_("Screenshot"),
+    "Save an SVG 'screenshot' of the current screen":
+        N_("Save an SVG 'screenshot' of the current screen"),
+}
 
 
 def _utcnow() -> datetime:
@@ -52,7 +80,7 @@ def _utcnow() -> datetime:
 def screen_class(spec: str) -> type[BaseScreen]:
     import importlib
 
-    module, _, name = spec.partition(":")
+    module, _sep, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
@@ -66,9 +94,9 @@ class GpuTuiApp(App[int]):
     DEFAULT_MODE = "home"
     BINDINGS = [
         *[Binding(key, f"goto('{mode}')", label) for mode, key, label, _s, _w in SCREENS],
-        Binding("question_mark", "help", "Help", key_display="?", show=False),
-        Binding("ctrl+p", "command_palette", "Palette", show=False),
-        Binding("q", "quit", "Quit", show=False),
+        Binding("question_mark", "help", N_("Help"), key_display="?", show=False),
+        Binding("ctrl+p", "command_palette", N_("Palette"), show=False),
+        Binding("q", "quit", N_("Quit"), show=False),
     ]
     ENABLE_COMMAND_PALETTE = True
 
@@ -161,7 +189,8 @@ class GpuTuiApp(App[int]):
             configured = None  # a broken file: open_session reports it
         wanted = self._requested_theme or configured or DEFAULT_THEME
         if wanted not in self.available_themes:
-            self._theme_warnings.append(f"unknown theme {wanted!r}; using {DEFAULT_THEME}")
+            self._theme_warnings.append(_("unknown theme {name}; using {default}").format(
+                name=repr(wanted), default=DEFAULT_THEME))
             wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
         self.theme = wanted
         self._theme_chosen = wanted
@@ -227,7 +256,8 @@ class GpuTuiApp(App[int]):
                     self._wallet = (wallet["balance"], wallet["currency"])
             except Exception as exc:  # the bar keeps the last reading; say why once
                 if self._wallet is None:
-                    self.notify(f"account balance: {exc}", severity="warning")
+                    self.notify(_("account balance: {problem}").format(problem=exc),
+                                severity="warning")
             await asyncio.sleep(60.0)
 
     @work(thread=True, group="preload", exit_on_error=False)
@@ -262,7 +292,8 @@ class GpuTuiApp(App[int]):
             try:
                 await self.leases.tick(refresh=ticks % 30 == 0)
             except Exception as exc:  # keep the clock alive; say what went wrong
-                self.notify(f"auto-release check failed: {exc}", severity="error")
+                self.notify(_("auto-release check failed: {problem}").format(problem=exc),
+                            severity="error")
             ticks += 1
             await asyncio.sleep(1.0)
 
@@ -308,7 +339,8 @@ class GpuTuiApp(App[int]):
         try:
             set_theme(name)
         except OSError as exc:
-            self.notify(f"could not remember the theme: {exc}", severity="warning")
+            self.notify(_("could not remember the theme: {problem}").format(problem=exc),
+                        severity="warning")
 
     def _on_store_event(self, event: object) -> None:
         if threading.get_ident() != self._app_thread:
@@ -370,7 +402,7 @@ class GpuTuiApp(App[int]):
         if self._wallet is not None:
             from gputui.services.views import runway_line
 
-            bar.account = runway_line(self._wallet[0], self._wallet[1], self._live)
+            bar.account = str(shown(runway_line(self._wallet[0], self._wallet[1], self._live)))
         bar.size_note = size_note(self.size.width, self.size.height)
 
     def keeper_note(self) -> str:
@@ -386,15 +418,17 @@ class GpuTuiApp(App[int]):
 
             self._keeper_at = now
             self._keeper = daemon_status(self.services.state_dir) is not None
-        return "deadlines kept by the daemon" if self._keeper else ""
+        return N_("deadlines kept by the daemon") if self._keeper else ""  # the bar translates
 
     def _tick(self) -> None:
         self.refresh_meter()
 
     def notify(self, message: str, *, title: str = "", severity: str = "information",  # type: ignore[override]
                timeout: float | None = None, markup: bool = True) -> None:
-        """Notifications carry names and provider messages: never read them as markup."""
-        super().notify(message, title=title, severity=severity,  # type: ignore[arg-type]
+        """Notifications carry names and provider messages: never read them as markup. A
+        `Deferred` message (a store notice, English where it is kept) shows translated."""
+        super().notify(str(shown(message)), title=str(shown(title)),
+                       severity=severity,  # type: ignore[arg-type]
                        timeout=timeout, markup=False)
 
     # -- actions --------------------------------------------------------------------------------
@@ -408,7 +442,7 @@ class GpuTuiApp(App[int]):
             self.pop_screen()
             return
         groups: list[tuple[str, list[Binding]]] = [
-            ("Everywhere", [b for b in self.BINDINGS if isinstance(b, Binding)])]
+            (N_("Everywhere"), [b for b in self.BINDINGS if isinstance(b, Binding)])]
         screen_bindings = [
             b
             for cls in type(self.screen).__mro__
@@ -418,7 +452,8 @@ class GpuTuiApp(App[int]):
             if isinstance(b, Binding)
         ]
         if screen_bindings:
-            groups.insert(0, (f"On this screen ({self.screen.TITLE or 'current'})", screen_bindings))
+            title = _(self.screen.TITLE) if self.screen.TITLE else _("current")
+            groups.insert(0, (_("On this screen ({title})").format(title=title), screen_bindings))
         self.push_screen(HelpScreen(groups))
 
     def _costs_action(self, action: str) -> Callable[[], None]:
@@ -439,11 +474,19 @@ class GpuTuiApp(App[int]):
             when_there()
         return run
 
+    def action_command_palette(self) -> None:
+        """Textual's palette, its prompt in the language of now."""
+        from textual.command import CommandPalette
+
+        if self.use_command_palette and not CommandPalette.is_open(self):  # type: ignore[arg-type]
+            self.push_screen(CommandPalette(placeholder=_("Search for commands…"),
+                                            id="--command-palette"))
+
     def action_help_quit(self) -> None:
         """ctrl+c does not quit (it copies in a text field): say which key does, in plain text
         (Textual's own message is markup, and every notification here is shown literally)."""
-        self.notify("Press q to quit gputui (ctrl+c copies in a text field).",
-                    title="Do you want to quit?")
+        self.notify(_("Press q to quit gputui (ctrl+c copies in a text field)."),
+                    title=_("Do you want to quit?"))
 
     def watch_theme(self, name: str) -> None:
         if (self.is_running and self.session_open and self._remember_theme
@@ -452,20 +495,81 @@ class GpuTuiApp(App[int]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for mode, key, label, _screen, what in SCREENS:
-            yield SystemCommand(f"Go to {label}", f"{what} (key {key})",
+            yield SystemCommand(_("Go to {screen}").format(screen=_(label)),
+                                _("{what} (key {key})").format(what=_(what), key=key),
                                 lambda m=mode: self.action_goto(m))
-        yield SystemCommand("Help: keys", "Every key binding (key ?)", self.action_help)
-        yield SystemCommand("Costs: export CSV", "Ledger and running instances to a CSV file "
-                            "(key x on Costs; gputui costs --csv)", self._costs_action("export"))
-        yield SystemCommand("Costs: budget caps", "Set the daily / monthly / per-instance caps "
-                            "(key B on Costs)", self._costs_action("budgets"))
+        yield SystemCommand(_("Help: keys"), _("Every key binding (key ?)"), self.action_help)
+        yield SystemCommand(_("Costs: export CSV"), _("Ledger and running instances to a CSV file "
+                            "(key x on Costs; gputui costs --csv)"), self._costs_action("export"))
+        yield SystemCommand(_("Costs: budget caps"), _("Set the daily / monthly / per-instance caps "
+                            "(key B on Costs)"), self._costs_action("budgets"))
+        for lang, name in LANGUAGE_NAMES.items():
+            # "Language" stays in the Chinese title too: whoever cannot read the language on
+            # screen finds the way back by typing it
+            yield SystemCommand(_("Language: {name}").format(name=name),
+                                _("Show every screen in {name} (remembered in config.toml)")
+                                .format(name=name),
+                                lambda lang=lang: self.switch_language(lang))
         for name in sorted(self.available_themes):
             if name.startswith("gputui"):
-                yield SystemCommand(f"Theme: {name}", "Switch theme (remembered)",
+                yield SystemCommand(_("Theme: {name}").format(name=name),
+                                    _("Switch theme (remembered)"),
                                     lambda n=name: setattr(self, "theme", n))
         for command in super().get_system_commands(screen):
             # Textual's own theme picker offers themes that are not readable in 16 colours;
             # gputui's themes are listed above.
             if not command.title.lower().startswith("theme"):
-                yield command
+                yield command._replace(
+                    title=_(_TEXTUAL_COMMANDS.get(command.title, command.title)),
+                    help=_(_TEXTUAL_COMMANDS.get(command.help, command.help)))
 
+    # -- the language ---------------------------------------------------------------------------
+
+    def switch_language(self, language: str) -> None:
+        """Show the console in `language` from now on, and remember it in config.toml."""
+        self._switch_language(language)
+
+    @work(group="language", exit_on_error=False)
+    async def _switch_language(self, language: str) -> None:
+        # one switch at a time, each to its end (never cancelled half-way between two modes)
+        lock = self.__dict__.setdefault("_language_lock", asyncio.Lock())
+        async with lock:
+            await self._switch_language_now(language)
+
+    async def _switch_language_now(self, language: str) -> None:
+        from gputui.config import ConfigError, set_language_setting
+
+        before = current_language()
+        lang = set_language(language)
+        self.config.language = lang  # type: ignore[assignment]
+        try:
+            set_language_setting(lang)
+        except (OSError, ConfigError) as exc:  # this session still switches
+            self.notify(_("could not remember the language: {problem}").format(problem=exc),
+                        severity="warning")
+        if lang != before:
+            await self.redraw_screens()
+        self.notify(_("Language: {name}").format(name=LANGUAGE_NAMES[current_language()]))
+
+    async def redraw_screens(self) -> None:
+        """Every screen made again, so that each shows the language of now: the screens of the
+        modes not in view are dropped (made afresh when next shown), the one in view replaced
+        by a new one (its data read again from the store and the services, as at start-up);
+        a dialog open on it closes."""
+        current = self.current_mode
+        made = [m for m in self._screen_stacks if m in self._modes and m != current]
+        for mode in made:
+            factory = self._modes[mode]
+            await self.remove_mode(mode)
+            self.add_mode(mode, factory)
+        blank = "_relabel"
+        self.add_mode(blank, Screen)
+        try:
+            await self.switch_mode(blank)
+            factory = self._modes[current]
+            await self.remove_mode(current)
+            self.add_mode(current, factory)
+            await self.switch_mode(current)
+        finally:
+            if self.current_mode != blank:
+                await self.remove_mode(blank)

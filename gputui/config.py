@@ -373,3 +373,39 @@ def set_budget(daily: Decimal | None, monthly: Decimal | None, per_instance: Dec
         "release_at_cap": release_at_cap})
     save_config(cfg, path)
     return cfg
+
+
+def set_language_setting(language: str, path: Path | None = None) -> Path:
+    """Write `language = "zh"` (or "en") at the top level of the config file, every other line
+    of it kept as it is (comments too); a config that cannot be read raises ConfigError and is
+    left as it is."""
+    path = path or config_path()
+    load_config(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    setting = f'language = "{language}"\n'
+    lines = text.splitlines(keepends=True)
+    for i, raw in enumerate(lines):
+        stripped = raw.strip()
+        if stripped.startswith("["):  # top-level keys come before the first table
+            lines.insert(i, setting)
+            break
+        if re.match(r"language\s*=", stripped):
+            lines[i] = setting
+            break
+    else:
+        lines.insert(0, setting)
+    new = "".join(lines)
+    try:
+        ok = tomllib.loads(new).get("language") == language
+    except tomllib.TOMLDecodeError:
+        ok = False
+    if ok:
+        write_private(path, new.encode("utf-8"))
+    else:  # a layout the line edit cannot follow: the whole file written from its values
+        cfg = load_config(path)
+        cfg.language = language  # type: ignore[assignment]
+        save_config(cfg, path)
+    return path

@@ -10,6 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 
+from gputui.i18n import N_
 from gputui.ui.widgets import KeyFooter, TopBar
 
 if TYPE_CHECKING:
@@ -32,11 +33,13 @@ class StoreEvent(Message):
 
 
 class BaseScreen(Screen):
+    # English, marked with N_() by each screen; the top bar, the help and the palette show it
+    # (and every BINDINGS description) translated, at the moment they draw.
     TITLE: ClassVar[str] = ""
     # Help and quit come first in every footer, so a narrow pane never hides them.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("question_mark", "app.help", "Help", key_display="?"),
-        Binding("q", "app.quit", "Quit"),
+        Binding("question_mark", "app.help", N_("Help"), key_display="?"),
+        Binding("q", "app.quit", N_("Quit")),
     ]
     _unsubscribe: Callable[[], None] | None = None
 

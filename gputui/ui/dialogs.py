@@ -16,14 +16,15 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from gputui.format import format_remaining
+from gputui.i18n import N_, _
 
 
 class ConfirmScreen(ModalScreen[bool]):
     """A yes/no question; `y` or enter confirms, `n` or escape declines."""
 
     BINDINGS = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape", "answer(False)", "No"),
+        Binding("y", "answer(True)", N_("Yes")),
+        Binding("n,escape", "answer(False)", N_("No")),
     ]
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
@@ -35,7 +36,8 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen Button { margin-right: 2; }
     """
 
-    def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
+    def __init__(self, question: str, yes: str = N_("Yes"), no: str = N_("No")) -> None:
+        """`yes` and `no` are the buttons' words, translated or marked with N_()."""
         super().__init__()
         self.question, self.yes, self.no = question, yes, no
 
@@ -43,8 +45,8 @@ class ConfirmScreen(ModalScreen[bool]):
         with VerticalScroll():
             yield Static(self.question, id="question")
             with Horizontal():
-                yield Button(f"{self.yes} (y)", variant="warning", id="yes")
-                yield Button(f"{self.no} (n)", id="no")
+                yield Button(f"{_(self.yes)} (y)", variant="warning", id="yes")
+                yield Button(f"{_(self.no)} (n)", id="no")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
@@ -63,7 +65,7 @@ class TimerDialog(ModalScreen[object]):
     Dismisses with a datetime (UTC), the string "none" (confirmed), or None (cancelled).
     """
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS = [Binding("escape", "dismiss(None)", N_("Cancel"))]
     DEFAULT_CSS = """
     TimerDialog { align: center middle; }
     TimerDialog > VerticalScroll {
@@ -80,10 +82,12 @@ class TimerDialog(ModalScreen[object]):
         self._tomorrow_pending: str | None = None
 
     def compose(self) -> ComposeResult:
-        left = format_remaining((self.current - self.now()).total_seconds()) if self.current else "no timer"
+        left = _(format_remaining((self.current - self.now()).total_seconds())
+                 if self.current else N_("no timer"))
         with VerticalScroll():
-            yield Static(f"[b]Release timer for {escape(self.inst_name)}[/b] (now: {left})\n"
-                         "Type 2h or 90m from now, a clock time like 18:30, or none.")
+            yield Static(_("[b]Release timer for {name}[/b] (now: {left})\n"
+                           "Type 2h or 90m from now, a clock time like 18:30, or none.")
+                         .format(name=escape(self.inst_name), left=left))
             yield Input(placeholder="2h", id="timer-input")
             yield Static("", id="timer-error")
 
@@ -98,8 +102,8 @@ class TimerDialog(ModalScreen[object]):
         if text in ("none", "off", "no"):
             if not self._none_pending:
                 self._none_pending = True
-                error.update("No timer means it bills until you release it by hand. "
-                             "Press enter again to confirm.")
+                error.update(_("No timer means it bills until you release it by hand. "
+                               "Press enter again to confirm."))
                 return
             self.dismiss("none")
             return
@@ -114,7 +118,7 @@ class TimerDialog(ModalScreen[object]):
         if passed and self._tomorrow_pending != text:
             # 13:09 typed at 13:10 is a day of billing away: say which day before taking it
             self._tomorrow_pending = text
-            error.update(f"{escape(passed)}. Press enter again to confirm.")
+            error.update(_("{problem}. Press enter again to confirm.").format(problem=escape(passed)))
             return
         self.dismiss(at)
 
@@ -122,7 +126,7 @@ class TimerDialog(ModalScreen[object]):
 class AddHostDialog(ModalScreen[dict | None]):
     """Add an instance rented elsewhere: its ssh line as the platform gives it, and its price."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS = [Binding("escape", "dismiss(None)", N_("Cancel"))]
     DEFAULT_CSS = """
     AddHostDialog { align: center middle; }
     AddHostDialog > VerticalScroll {
@@ -142,17 +146,18 @@ class AddHostDialog(ModalScreen[dict | None]):
         from textual.widgets import Select
 
         with VerticalScroll():
-            yield Static("[b]Add an instance rented elsewhere[/b] (enter on the last field adds it)")
-            yield Input(placeholder="ssh -p 2222 root@host  (as the platform gives it)", id="line",
-                        compact=True)
-            yield Input(placeholder="price per hour for the whole instance, e.g. 2.50", id="price",
-                        compact=True)
-            yield Select([("billed per second", "second"), ("billed per minute", "minute"),
-                          ("billed per started hour", "hour")], value="second", id="per",
+            yield Static(_("[b]Add an instance rented elsewhere[/b] (enter on the last field "
+                           "adds it)"))
+            yield Input(placeholder=_("ssh -p 2222 root@host  (as the platform gives it)"),
+                        id="line", compact=True)
+            yield Input(placeholder=_("price per hour for the whole instance, e.g. 2.50"),
+                        id="price", compact=True)
+            yield Select([(_("billed per second"), "second"), (_("billed per minute"), "minute"),
+                          (_("billed per started hour"), "hour")], value="second", id="per",
                          allow_blank=False, compact=True)
-            yield Input(placeholder="task label (optional)", id="name", compact=True)
-            yield Input(placeholder="GPU model (optional: detected with nvidia-smi -L)", id="gpu",
-                        compact=True)
+            yield Input(placeholder=_("task label (optional)"), id="name", compact=True)
+            yield Input(placeholder=_("GPU model (optional: detected with nvidia-smi -L)"),
+                        id="gpu", compact=True)
             yield Static("", id="host-error")
 
     def on_mount(self) -> None:
@@ -183,7 +188,7 @@ class AddHostDialog(ModalScreen[dict | None]):
         try:
             endpoint = parse_ssh_line(self.query_one("#line", Input).value)
         except ValueError as exc:
-            error.update(f"ssh line: {escape(str(exc))}")
+            error.update(_("ssh line: {problem}").format(problem=escape(str(exc))))
             return
         typed = self.query_one("#price", Input).value.strip().lstrip("$")
         try:
@@ -191,16 +196,18 @@ class AddHostDialog(ModalScreen[dict | None]):
             if not price.is_finite():
                 raise InvalidOperation
         except InvalidOperation:
-            error.update(Text(f"price: {typed!r} is not a number; give the hourly price for "
-                              "the whole instance, e.g. 2.50" if typed else
-                              "price: give the hourly price for the whole instance, e.g. 2.50"))
+            error.update(Text(_("price: {typed} is not a number; give the hourly price for "
+                                "the whole instance, e.g. 2.50").format(typed=repr(typed))
+                              if typed else
+                              _("price: give the hourly price for the whole instance, e.g. 2.50")))
             return
         if price <= 0:
-            error.update(Text(f"price: {typed} is not a price; it must be more than 0 "
-                              "(the hourly price, e.g. 2.50)"))
+            error.update(Text(_("price: {typed} is not a price; it must be more than 0 "
+                                "(the hourly price, e.g. 2.50)").format(typed=typed)))
             return
         if price > 10_000:
-            error.update(Text(f"price: {typed} an hour is too high to be right; at most 10,000"))
+            error.update(Text(_("price: {typed} an hour is too high to be right; at most 10,000")
+                              .format(typed=typed)))
             return
         self.dismiss({
             "line": self.query_one("#line", Input).value, "endpoint": endpoint, "price": price,
@@ -214,7 +221,7 @@ class BudgetDialog(ModalScreen[dict | None]):
     """The budget caps: daily, monthly, per instance (blank: no cap), and whether reaching a
     cap releases. Dismisses with the parsed values, or None."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS = [Binding("escape", "dismiss(None)", N_("Cancel"))]
     DEFAULT_CSS = """
     BudgetDialog { align: center middle; }
     BudgetDialog > VerticalScroll {
@@ -226,7 +233,8 @@ class BudgetDialog(ModalScreen[dict | None]):
     BudgetDialog Input { width: 1fr; }
     BudgetDialog #budget-error { color: $error; text-style: bold; height: auto; }
     """
-    FIELDS = (("daily", "Per day"), ("monthly", "Per month"), ("per_instance", "Per instance"))
+    FIELDS = (("daily", N_("Per day")), ("monthly", N_("Per month")),
+              ("per_instance", N_("Per instance")))
 
     def __init__(self, current: object, currency: str = "USD") -> None:
         super().__init__()
@@ -237,16 +245,17 @@ class BudgetDialog(ModalScreen[dict | None]):
         from textual.widgets import Checkbox
 
         with VerticalScroll():
-            yield Static(Text.assemble(("Budget caps", "bold"),
-                                       f" in {self.currency} (blank: no cap; enter saves to "
-                                       "config.toml, esc cancels)\n"))
+            yield Static(Text.assemble((_("Budget caps"), "bold"),
+                                       _(" in {currency} (blank: no cap; enter saves to "
+                                         "config.toml, esc cancels)").format(currency=self.currency),
+                                       "\n"))
             for key, label in self.FIELDS:
                 with Horizontal():
-                    yield Static(label)
+                    yield Static(_(label))
                     value = getattr(self.current, key, None)
                     yield Input("" if value is None else f"{value}", id=f"budget-{key}",
-                                compact=True, placeholder="no cap")
-            yield Checkbox("Release the instances when a cap is reached", id="budget-release",
+                                compact=True, placeholder=_("no cap"))
+            yield Checkbox(_("Release the instances when a cap is reached"), id="budget-release",
                            value=bool(getattr(self.current, "release_at_cap", False)),
                            compact=True)
             yield Static("", id="budget-error")
@@ -272,8 +281,8 @@ class BudgetDialog(ModalScreen[dict | None]):
                     raise InvalidOperation
             except InvalidOperation:
                 self.query_one("#budget-error", Static).update(Text(
-                    f"{label}: {text!r} is not a cap; give an amount above 0, e.g. 25, "
-                    "or leave it blank for no cap"))
+                    _("{field}: {typed} is not a cap; give an amount above 0, e.g. 25, "
+                      "or leave it blank for no cap").format(field=_(label), typed=repr(text))))
                 self.query_one(f"#budget-{key}", Input).focus()
                 return
             values[key] = amount
@@ -301,7 +310,8 @@ def parse_release(text: str, now: datetime) -> datetime:
             hh, mm = (int(x) for x in raw.split(":"))
             local = now.astimezone().replace(hour=hh, minute=mm, second=0, microsecond=0)
         except ValueError:
-            raise ValueError(f"{raw!r} is not a clock time (try 18:30)") from None
+            raise ValueError(_("{typed} is not a clock time (try 18:30)").format(
+                typed=repr(raw))) from None
         if local <= now:
             local += timedelta(days=1)
         from gputui.models import as_utc
@@ -311,9 +321,9 @@ def parse_release(text: str, now: datetime) -> datetime:
 
     delta = parse_duration(raw)
     if delta < timedelta(minutes=1):
-        raise ValueError("the timer must be at least 1 minute")
+        raise ValueError(_("the timer must be at least 1 minute"))
     if delta > timedelta(days=366):
-        raise ValueError("the timer must be under a year")
+        raise ValueError(_("the timer must be under a year"))
     return now + delta
 
 
@@ -324,6 +334,7 @@ def passed_clock_time(text: str, at: datetime, now: datetime) -> str | None:
     if ":" not in raw or at.astimezone().date() == now.astimezone().date():
         return None
     local = at.astimezone()
-    return (f"{raw} has passed today (it is {now.astimezone():%H:%M}): that means tomorrow, "
-            f"{local:%a %d %b} {local:%H:%M}, {format_remaining((at - now).total_seconds())} "
-            "from now")
+    return _("{clock} has passed today (it is {now}): that means tomorrow, {day} {time}, "
+             "{left} from now").format(
+        clock=raw, now=f"{now.astimezone():%H:%M}", day=_("{date:%a %d %b}").format(date=local),
+        time=f"{local:%H:%M}", left=_(format_remaining((at - now).total_seconds())))

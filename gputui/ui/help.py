@@ -10,6 +10,8 @@ from textual.keys import format_key
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from gputui.i18n import N_, _
+
 _NAMES = {"escape": "esc", "enter": "enter", "space": "space", "tab": "tab"}
 
 
@@ -21,7 +23,7 @@ def key_label(binding: Binding) -> str:
     labels = []
     for key in binding.key.split(","):
         key = key.strip()
-        mods, _, base = key.rpartition("+")
+        mods, _plus, base = key.rpartition("+")
         name = _NAMES.get(base) or format_key(base)
         if mods:
             name = f"{mods}+{name}"
@@ -30,7 +32,8 @@ def key_label(binding: Binding) -> str:
 
 
 def describe_bindings(groups: list[tuple[str, list[Binding]]]) -> Text:
-    """The keys as plain text (keys like `[` are not read as markup)."""
+    """The keys as plain text (keys like `[` are not read as markup), with the group titles and
+    the keys' descriptions (English, marked with N_()) in the language of now."""
     out = Text()
     for title, bindings in groups:
         shown = [b for b in bindings if b.description]
@@ -38,10 +41,10 @@ def describe_bindings(groups: list[tuple[str, list[Binding]]]) -> Text:
             continue
         if out:
             out.append("\n\n")
-        out.append(title, style="bold")
+        out.append(_(title), style="bold")
         seen: set[str] = set()
         for b in shown:
-            line = f"{key_label(b):<10} {b.description}"
+            line = f"{key_label(b):<10} {_(b.description)}"
             if line in seen:  # the same key bound twice (app and screen): list it once
                 continue
             seen.add(line)
@@ -51,9 +54,9 @@ def describe_bindings(groups: list[tuple[str, list[Binding]]]) -> Text:
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [
-        Binding("escape", "dismiss", "Close"),
-        Binding("question_mark", "dismiss", "Close", show=False),
-        Binding("q", "dismiss", "Close", show=False),
+        Binding("escape", "dismiss", N_("Close")),
+        Binding("question_mark", "dismiss", N_("Close"), show=False),
+        Binding("q", "dismiss", N_("Close"), show=False),
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -73,7 +76,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(Text.assemble(("Keys", "bold"), "  (esc closes)"))
+            yield Static(Text.assemble((_("Keys"), "bold"), _("  (esc closes)")))
             with Horizontal():
                 # the screen's own keys on the left, the keys that work everywhere on the right
                 yield Static(describe_bindings(self.groups[:-1] or self.groups), id="help-text")

@@ -14,13 +14,14 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
 from gputui.format import format_money, format_remaining, short_gpu
+from gputui.i18n import N_, _, cell_len, shown
 from gputui.ui.base import BaseScreen, StoreEvent
 from gputui.ui.dialogs import on_answer
 
 if TYPE_CHECKING:  # (the first frame is drawn before the models are loaded)
     from gputui.models import Instance, Lease
 
-EMPTY_HINT = (
+EMPTY_HINT = N_(
     "No instances yet. Press [b]n[/b] to rent one (the sandbox needs no account), "
     "[b]g[/b] to compare GPUs, [b]?[/b] for every key."
 )
@@ -29,16 +30,30 @@ EMPTY_HINT = (
 # What matters most first: at 80 columns the table shows through "Link" (the top bar has the
 # total $/h, and Costs each instance's).
 COLUMNS = [
-    ("name", "Name"),
-    ("gpu", "GPU"),
-    ("status", "Status"),
-    ("release", "Release in"),
-    ("cost", "Cost"),
-    ("link", "Link"),
-    ("rate", "$/h"),
-    ("provider", "Provider"),
+    ("name", N_("Name")),
+    ("gpu", N_("GPU")),
+    ("status", N_("Status")),
+    ("release", N_("Release in")),
+    ("cost", N_("Cost")),
+    ("link", N_("Link")),
+    ("rate", N_("$/h")),
+    ("provider", N_("Provider")),
 ]
-LINK_MARK = {"connected": "ok", "connecting": "…", "reconnecting": "retrying", "failed": "FAILED"}
+LINK_MARK = {"connected": N_("ok"), "connecting": "…", "reconnecting": N_("retrying"),
+             "failed": N_("FAILED")}
+# The status words as shown (the store and JSON keep the English value).
+STATUS_WORDS = {
+    "requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
+    "stopped": N_("stopped"), "releasing": N_("releasing"), "released": N_("released"),
+    "failed": N_("failed"),
+}
+# What gputui.format.format_remaining says instead of a countdown.
+_REMAINING_WORDS = (N_("no timer"), N_("overdue"))
+
+
+def remaining(seconds: float | None) -> str:
+    """A countdown (1h 05m, 4m 10s) or its words (no timer, overdue) in the language of now."""
+    return _(format_remaining(seconds))
 
 
 def _status_text(inst: Instance, now: datetime) -> str:
@@ -48,22 +63,22 @@ def _status_text(inst: Instance, now: datetime) -> str:
 
     days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
     if inst.status != InstanceStatus.STOPPED or days is None:
-        return inst.status.value
+        return _(STATUS_WORDS.get(inst.status.value, inst.status.value))
     text, warn = deletion_clock(inst.stopped_at, days, now)
-    return ("⚠ " if warn else "") + text
+    return ("⚠ " if warn else "") + str(shown(text))
 
 
 class HomeScreen(BaseScreen):
-    TITLE = "Instances"
+    TITLE = N_("Instances")
     BINDINGS = [
-        Binding("e", "extend(60)", "+1h"),
-        Binding("E", "extend(30)", "+30m", show=False),
-        Binding("t", "timer", "Timer"),
-        Binding("r", "release", "Release"),
-        Binding("s", "stop", "Stop", show=False),  # in ? help; the footer is kept as it was
-        Binding("S", "start", "Start", show=False),
-        Binding("a", "add_host", "Add host"),
-        Binding("enter", "monitor", "Monitor", show=False),
+        Binding("e", "extend(60)", N_("+1h")),
+        Binding("E", "extend(30)", N_("+30m"), show=False),
+        Binding("t", "timer", N_("Timer")),
+        Binding("r", "release", N_("Release")),
+        Binding("s", "stop", N_("Stop"), show=False),  # in ? help; the footer is kept as it was
+        Binding("S", "start", N_("Start"), show=False),
+        Binding("a", "add_host", N_("Add host")),
+        Binding("enter", "monitor", N_("Monitor"), show=False),
     ]
     DEFAULT_CSS = """
     HomeScreen #hint { padding: 1 2; color: $text-muted; }
@@ -72,20 +87,20 @@ class HomeScreen(BaseScreen):
     """
 
     def compose_body(self) -> ComposeResult:
-        hint = Static(EMPTY_HINT, id="hint")
+        hint = Static(_(EMPTY_HINT), id="hint")
         hint.display = False  # until the store is read: there may be instances
         yield hint
         yield Static("", id="keeper")
         yield DataTable(id="instances", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
-        super().on_mount()
         table = self.query_one(DataTable)
         for key, label in COLUMNS:
-            table.add_column(label, key=key)
+            table.add_column(_(label), key=key)
         self._instances: dict[str, Instance] = {}
         self._leases: dict[str, Lease] = {}
         self._shown: dict[str, dict[str, str]] = {}  # the text each cell shows now
+        super().on_mount()  # last: where the session is open, it fills the table now
 
     def on_session_open(self) -> None:
         self.reload()
@@ -112,21 +127,21 @@ class HomeScreen(BaseScreen):
         hint.display = not self._instances
         self.call_after_refresh(self.check_keeper)  # not before the first frame
         if not self._instances and store.ledger_sync():
-            hint.update("Nothing running. Ended instances and what they cost are in Costs "
-                        "([b]c[/b], then 2). Press [b]n[/b] to rent another.")
+            hint.update(_("Nothing running. Ended instances and what they cost are in Costs "
+                          "([b]c[/b], then 2). Press [b]n[/b] to rent another."))
 
     def _cells(self, inst: Instance, now: datetime) -> dict[str, str | Text]:
         lease = self._leases.get(inst.id)
         if lease is None and inst.status.live:
-            release = "⚠ no timer"  # made by an older gputui: nothing will release it
+            release = _("⚠ no timer")  # made by an older gputui: nothing will release it
         elif lease is None or lease.state != "active":
             release = "-"
         elif lease.release_at is None:
-            release = "⚠ no timer"
+            release = _("⚠ no timer")
         else:
-            release = format_remaining(lease.remaining(now))
+            release = remaining(lease.remaining(now))
         if getattr(self, "_when_done", {}).get(inst.id):
-            release = f"{release} · {self._when_done[inst.id]}".removeprefix("- · ")
+            release = f"{release} · {shown(self._when_done[inst.id])}".removeprefix("- · ")
         link, _detail = self.gapp.store.link(inst.id)
         provider = inst.provider  # "sandbox" says it; "(simulated)" was cut at 80 columns
         return {
@@ -134,7 +149,7 @@ class HomeScreen(BaseScreen):
             "provider": provider,
             "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
             "status": _status_text(inst, now),
-            "link": LINK_MARK.get(link.value, "-"),
+            "link": _(LINK_MARK.get(link.value, "-")),
             "release": release,
             "rate": format_money(inst.billing.price_per_hour, inst.billing.currency),
             "cost": format_money(inst.accrued(now), inst.billing.currency),
@@ -146,7 +161,7 @@ class HomeScreen(BaseScreen):
         if inst.id in {k.value for k in table.rows}:
             self._update(table, inst.id, cells)
         else:
-            table.add_row(*(cells[k] for k, _ in COLUMNS), key=inst.id)
+            table.add_row(*(cells[k] for k, _label in COLUMNS), key=inst.id)
             self._shown[inst.id] = {k: str(v) for k, v in cells.items()}
 
     def _update(self, table: DataTable, iid: str, cells: dict[str, str | Text]) -> None:
@@ -158,7 +173,8 @@ class HomeScreen(BaseScreen):
             before = shown.get(key)
             if before == text:
                 continue
-            table.update_cell(iid, key, value, update_width=before is None or len(text) > len(before))
+            table.update_cell(iid, key, value,
+                              update_width=before is None or cell_len(text) > cell_len(before))
             shown[key] = text
 
     def check_keeper(self) -> None:
@@ -171,9 +187,12 @@ class HomeScreen(BaseScreen):
         if not names or deadline_keeper(self.gapp.services.state_dir) is not None:
             note.display = False
             return
-        who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        note.update(Text(f"⚠ Only gputui releases {who} at the deadline and no daemon runs: keep "
-                         "this console open, or run `gputui daemon --install`."))
+        who = _(", ").join(names[:3])
+        if len(names) > 3:
+            who = _("{names} and {n} more").format(names=who, n=len(names) - 3)
+        note.update(Text(_("⚠ Only gputui releases {names} at the deadline and no daemon runs: "
+                           "keep this console open, or run `gputui daemon --install`.")
+                         .format(names=who)))
         note.display = True
 
     def tick(self) -> None:
@@ -205,7 +224,7 @@ class HomeScreen(BaseScreen):
     def _selected_or_say(self) -> Instance | None:
         inst = self.selected_instance()
         if inst is None:
-            self.notify("No instance selected.", severity="warning")
+            self.notify(_("No instance selected."), severity="warning")
         return inst
 
     def action_extend(self, minutes: int = 60) -> None:
@@ -218,10 +237,11 @@ class HomeScreen(BaseScreen):
         try:
             lease = await self.gapp.leases.extend(inst, by=by)
         except Exception as exc:
-            self.notify(f"{inst.name}: could not extend: {exc}", severity="error")
+            self.notify(_("{name}: could not extend: {problem}").format(name=inst.name, problem=exc),
+                        severity="error")
             return
-        left = format_remaining(lease.remaining(self.gapp.now()))
-        self.notify(f"{inst.name}: release in {left}")
+        left = remaining(lease.remaining(self.gapp.now()))
+        self.notify(_("{name}: release in {left}").format(name=inst.name, left=left))
 
     def action_timer(self) -> None:
         inst = self._selected_or_say()
@@ -244,14 +264,14 @@ class HomeScreen(BaseScreen):
         try:
             if result == "none":
                 await self.gapp.leases.remove_timer(inst)
-                self.notify(f"{inst.name}: no timer — it bills until you release it",
-                            severity="warning")
+                self.notify(_("{name}: no timer — it bills until you release it")
+                            .format(name=inst.name), severity="warning")
             else:
                 lease = await self.gapp.leases.extend(inst, to=result)  # type: ignore[arg-type]
-                self.notify(f"{inst.name}: release in "
-                            f"{format_remaining(lease.remaining(self.gapp.now()))}")
+                self.notify(_("{name}: release in {left}").format(
+                    name=inst.name, left=remaining(lease.remaining(self.gapp.now()))))
         except Exception as exc:
-            self.notify(f"{inst.name}: {exc}", severity="error")
+            self.notify(f"{inst.name}: {shown(exc)}", severity="error")
 
     def action_release(self) -> None:
         inst = self._selected_or_say()
@@ -265,9 +285,11 @@ class HomeScreen(BaseScreen):
                 self.release(inst)
 
         self.app.push_screen(
-            ConfirmScreen(f"Release [b]{escape(inst.name)}[/b] ({inst.gpu_count}× {escape(inst.gpu)}) now?\n\n"
-                          f"It has cost {cost} so far. Its disk and running processes are gone "
-                          "for good.", "Release", "Keep it"),
+            ConfirmScreen(_("Release [b]{name}[/b] ({count}× {gpu}) now?\n\nIt has cost {cost} so "
+                            "far. Its disk and running processes are gone for good.").format(
+                              name=escape(inst.name), count=inst.gpu_count, gpu=escape(inst.gpu),
+                              cost=cost),
+                          _("Release"), _("Keep it")),
             answered)
 
     @work(group="lease", exit_on_error=False)
@@ -275,10 +297,11 @@ class HomeScreen(BaseScreen):
         try:
             entry = await self.gapp.services.release(inst, "manual")
         except Exception as exc:
-            self.notify(f"{inst.name}: {exc}", severity="error")
+            self.notify(f"{inst.name}: {shown(exc)}", severity="error")
             return
         if entry is not None:
-            self.notify(f"{inst.name} released: {format_money(entry.total, entry.currency)} in all")
+            self.notify(_("{name} released: {total} in all").format(
+                name=inst.name, total=format_money(entry.total, entry.currency)))
 
     def action_stop(self) -> None:
         inst = self._selected_or_say()
@@ -287,8 +310,9 @@ class HomeScreen(BaseScreen):
         from gputui.ui.create import ConfirmScreen
 
         self.app.push_screen(
-            ConfirmScreen(f"Power off [b]{escape(inst.name)}[/b]?\n\nThe GPU charge stops; the disk "
-                          "stays (and may still cost). s starts it again.", "Stop", "Keep running"),
+            ConfirmScreen(_("Power off [b]{name}[/b]?\n\nThe GPU charge stops; the disk stays (and "
+                            "may still cost). s starts it again.").format(name=escape(inst.name)),
+                          _("Stop"), _("Keep running")),
             on_answer(lambda _yes: self.power(inst, "stop")))
 
     def action_start(self) -> None:
@@ -298,7 +322,8 @@ class HomeScreen(BaseScreen):
 
     @work(group="power", exit_on_error=False)
     async def power(self, inst: Instance, what: str) -> None:
-        self.notify(f"{inst.name}: {'stopping' if what == 'stop' else 'starting'}…")
+        self.notify((_("{name}: stopping…") if what == "stop" else _("{name}: starting…"))
+                    .format(name=inst.name))
         try:
             if what == "stop":
                 fresh = await self.gapp.services.stop(inst)
@@ -306,7 +331,7 @@ class HomeScreen(BaseScreen):
                 fresh = await self.gapp.services.start(inst)
                 await self.gapp.leases.arm(fresh)
         except Exception as exc:
-            self.notify(f"{inst.name}: {exc}", severity="error")
+            self.notify(f"{inst.name}: {shown(exc)}", severity="error")
             return
         self.notify(f"{fresh.name}: {_status_text(fresh, self.gapp.now())}")
 
@@ -345,9 +370,11 @@ class HomeScreen(BaseScreen):
                     self.add_host(form, accept_new=True)
 
             self.app.push_screen(
-                ConfirmScreen(f"[b]Unknown host[/b] {escape(exc.where)}\n\nIts host key fingerprint is\n"
-                              f"[b]{exc.fingerprint}[/b]\n\nTrust it only if it matches what the "
-                              "provider shows.", "Trust and add", "Cancel"),
+                ConfirmScreen(_("[b]Unknown host[/b] {where}\n\nIts host key fingerprint is\n"
+                                "[b]{fingerprint}[/b]\n\nTrust it only if it matches what the "
+                                "provider shows.").format(where=escape(exc.where),
+                                                          fingerprint=exc.fingerprint),
+                              _("Trust and add"), _("Cancel")),
                 trust)
             return
         except Exception as exc:
@@ -355,6 +382,7 @@ class HomeScreen(BaseScreen):
             from gputui.ui.dialogs import AddHostDialog
 
             initial = {k: form.get(k) for k in ("line", "price", "per", "name", "gpu")}
-            self.app.push_screen(AddHostDialog(initial, str(exc)), self._host_given)
+            self.app.push_screen(AddHostDialog(initial, str(shown(exc))), self._host_given)
             return
-        self.notify(f"added {inst.name}: {inst.gpu_count}× {inst.gpu}")
+        self.notify(_("added {name}: {count}× {gpu}").format(name=inst.name, count=inst.gpu_count,
+                                                             gpu=inst.gpu))

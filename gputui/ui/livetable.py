@@ -27,6 +27,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gputui.i18n import N_, _
+
 PAD = 1  # blank cells each side of a column, as DataTable draws them
 
 
@@ -42,13 +44,13 @@ class LiveTable(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"live-table--header", "live-table--cursor"}
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "edge(-1)", "First", show=False),
-        Binding("end", "edge(1)", "Last", show=False),
-        Binding("enter", "select", "Select", show=False),
+        Binding("up", "cursor(-1)", N_("Up"), show=False),
+        Binding("down", "cursor(1)", N_("Down"), show=False),
+        Binding("pageup", "page(-1)", N_("Page up"), show=False),
+        Binding("pagedown", "page(1)", N_("Page down"), show=False),
+        Binding("home", "edge(-1)", N_("First"), show=False),
+        Binding("end", "edge(1)", N_("Last"), show=False),
+        Binding("enter", "select", N_("Select"), show=False),
     ]
     DEFAULT_CSS = """
     LiveTable {
@@ -265,7 +267,7 @@ class LiveTable(ScrollView, can_focus=True):
         if y == 0:
             if self._header is None:
                 self._header = self._render_cells(
-                    [Text(c.label) for c in self._columns],
+                    [Text(_(c.label)) for c in self._columns],  # labels marked with N_()
                     self.get_component_rich_style("live-table--header"))
             return self._header.crop_extend(scroll_x, scroll_x + width, base)
         row = int(self.scroll_y) + y - 1

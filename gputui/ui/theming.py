@@ -12,6 +12,8 @@ from pathlib import Path
 
 from textual.theme import Theme
 
+from gputui.i18n import _
+
 DEFAULT_THEME = "gputui-dark"
 _FIELDS = {
     "primary", "secondary", "warning", "error", "success", "accent", "foreground",
@@ -46,20 +48,25 @@ def theme_from_toml(path: Path) -> Theme:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read: {exc}") from None
+        raise ValueError(_("{path}: cannot read: {problem}").format(path=path, problem=exc)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        raise ValueError(_("{path}: not valid TOML: {problem}").format(
+            path=path, problem=exc)) from None
     name = data.get("name")
     if not isinstance(name, str) or not name:
-        raise ValueError(f"{path}: key 'name': missing")
+        raise ValueError(_("{path}: key '{key}': {problem}").format(
+            path=path, key="name", problem=_("missing")))
     if "primary" not in data:
-        raise ValueError(f"{path}: key 'primary': missing")
+        raise ValueError(_("{path}: key '{key}': {problem}").format(
+            path=path, key="primary", problem=_("missing")))
     unknown = set(data) - _FIELDS - {"name", "variables"}
     if unknown:
-        raise ValueError(f"{path}: key '{sorted(unknown)[0]}': unknown key")
+        raise ValueError(_("{path}: key '{key}': {problem}").format(
+            path=path, key=sorted(unknown)[0], problem=_("unknown key")))
     variables = data.get("variables", {})
     if not isinstance(variables, dict):
-        raise ValueError(f"{path}: key 'variables': must be a table")
+        raise ValueError(_("{path}: key '{key}': {problem}").format(
+            path=path, key="variables", problem=_("must be a table")))
     kwargs = {k: v for k, v in data.items() if k in _FIELDS}
     from textual.color import Color, ColorParseError
 
@@ -69,7 +76,9 @@ def theme_from_toml(path: Path) -> Theme:
         try:
             Color.parse(str(value))
         except ColorParseError:
-            raise ValueError(f"{path}: key '{key}': {value!r} is not a colour") from None
+            raise ValueError(_("{path}: key '{key}': {problem}").format(
+                path=path, key=key,
+                problem=_("{value} is not a colour").format(value=repr(value)))) from None
     try:
         return Theme(name=name, variables={str(k): str(v) for k, v in variables.items()}, **kwargs)
     except (TypeError, ValueError) as exc:
@@ -85,7 +94,7 @@ def load_themes(extra_dirs: list[Path] | None = None) -> ThemeSet:
             try:
                 theme = theme_from_toml(path)
             except ValueError as exc:
-                out.warnings.append(f"theme skipped: {exc}")
+                out.warnings.append(_("theme skipped: {problem}").format(problem=exc))
                 continue
             out.themes[theme.name] = theme
     return out

@@ -12,6 +12,7 @@ from textual.widgets import Footer, Static
 from textual.widgets._footer import FooterKey
 
 from gputui.format import format_money
+from gputui.i18n import _, cell_len
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 
@@ -41,24 +42,28 @@ class TopBar(Static):
     account: reactive[str] = reactive("")  # "¥312.40 · 38 h at ¥8.20/h" when one is configured
 
     def render(self) -> Text:
-        left = Text.assemble(("gputui", "bold"), " · ", (self.title, "bold"))
+        # the title is the screen's TITLE (English, marked with N_): shown in the language of now
+        left = Text.assemble(("gputui", "bold"), " · ", (_(self.title), "bold"))
         if self.size_note:
             left.append(f"  {self.size_note}", style="bold reverse")
         if not self.billing_count:
-            meter = "nothing billing"
+            meter = _("nothing billing")
         elif len(self.by_currency) > 1 or (self.by_currency and self.by_currency[0][0] != "USD"):
-            meter = f"{self.billing_count} live " + " · ".join(
-                f"{format_money(r, c)}/h {format_money(a, c)}" for c, r, a in self.by_currency)
+            meter = _("{count} live {figures}").format(count=self.billing_count, figures=" · ".join(
+                f"{format_money(r, c)}/h {format_money(a, c)}" for c, r, a in self.by_currency))
         else:
-            meter = (f"{self.billing_count} live {format_money(self.rate)}/h · "
-                     f"{format_money(self.accrued)} so far")
+            meter = _("{count} live {rate}/h · {accrued} so far").format(
+                count=self.billing_count, rate=format_money(self.rate),
+                accrued=format_money(self.accrued))
         account = f"{self.account} · " if self.account else ""
         right = Text(f"{account}{meter} · {self.clock}")
         width = self.size.width - 2 if self.size.width else 78
         if self.keeper:
             room = width - left.cell_len - right.cell_len - 1
-            keeper = self.keeper if len(self.keeper) + 2 <= room else "daemon ✓"
-            if len(keeper) + 2 <= room:
+            keeper = _(self.keeper)
+            if cell_len(keeper) + 2 > room:
+                keeper = _("daemon ✓")
+            if cell_len(keeper) + 2 <= room:
                 left.append(f"  {keeper}", style="italic")
         pad = max(1, width - left.cell_len - right.cell_len)
         return Text.assemble(left, " " * pad, right)
@@ -73,7 +78,7 @@ class TopBar(Static):
 def size_note(width: int, height: int) -> str:
     if width >= MIN_WIDTH and height >= MIN_HEIGHT:
         return ""
-    return f"⚠ {width}×{height}: needs 80×24"
+    return _("⚠ {width}×{height}: needs 80×24").format(width=width, height=height)
 
 
 def show(static: Static, content: Text | str) -> None:
@@ -92,6 +97,11 @@ def show(static: Static, content: Text | str) -> None:
     static.update(text, layout=layout)
 
 
+def _key_cells(key: FooterKey) -> int:
+    """The cells a compact footer key takes: "k Label" and a space after it."""
+    return cell_len(key.key_display) + (1 + cell_len(key.description) if key.description else 0) + 1
+
+
 class KeyFooter(Footer):
     """The footer, cut by whole keys: the screen's own keys first, then the other screens'
     (the key of the screen on view is left out); what does not fit in the width is dropped
@@ -101,10 +111,12 @@ class KeyFooter(Footer):
         keys = [w for w in super().compose() if isinstance(w, FooterKey)]
         mode = getattr(self.app, "current_mode", None)
         keys = [k for k in keys if k.action != f"app.goto('{mode}')" and k.action != f"goto('{mode}')"]
+        for key in keys:  # the screens' descriptions are English, marked with N_()
+            key.description = _(key.description)
         width = (self.size.width or self.app.size.width) - 1
         used, kept = 0, []
         for key in keys:
-            need = len(key.key_display) + (1 + len(key.description) if key.description else 0) + 1
+            need = _key_cells(key)
             if used + need > width:
                 break
             kept.append(key)
@@ -112,12 +124,12 @@ class KeyFooter(Footer):
         if len(kept) < len(keys):
             for i, key in enumerate(kept):
                 if key.key_display == "?":
-                    more = FooterKey(key.key, "?", "More keys", key.action)
+                    more = FooterKey(key.key, "?", _("More keys"), key.action)
                     more.data_bind(compact=Footer.compact)
                     kept[i] = more
-                    extra = len("More keys") - len(key.description)
+                    extra = cell_len(more.description) - cell_len(key.description)
                     while kept and used + extra > width:
-                        used -= len(kept[-1].key_display) + len(kept[-1].description) + 2
+                        used -= _key_cells(kept[-1])
                         kept.pop()
         self.styles.grid_size_columns = max(1, len(kept))
         yield from kept
@@ -137,7 +149,7 @@ class KeyFooter(Footer):
         except Exception:  # noqa: BLE001 - not attached yet
             super().bindings_changed(screen)  # type: ignore[arg-type]
             return
-        keys = tuple((b.key, b.description, enabled) for _n, b, enabled, _t in active.values()
+        keys = tuple((b.key, _(b.description), enabled) for _n, b, enabled, _t in active.values()
                      if b.show)
         if keys == getattr(self, "_shown_keys", None) and self.is_attached:
             return
