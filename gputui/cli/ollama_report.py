@@ -52,12 +52,12 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-# The server's state (`OllamaStatus.state`, English in --json) for people.
+# The server's state (`OllamaStatus.state`, English in --json) for people, in a whole line
+# (a word alone would take the translation an instance's state has).
 _STATES = {
-    "not installed": N_("not installed"),
-    "stopped": N_("stopped"),
-    "running": N_("running"),
-    "not answering": N_("not answering"),
+    "stopped": N_("ollama on {name}: stopped"),
+    "running": N_("ollama on {name}: running"),
+    "not answering": N_("ollama on {name}: not answering"),
 }
 
 
@@ -74,8 +74,9 @@ def _status_lines(st: OllamaStatus) -> list[str]:
     how = (_("systemd unit {unit} ({active})").format(unit=p.unit, active=p.unit_active or "?")
            if st.managed_by == "systemd"
            else _("process {pid}").format(pid=p.pid) if p.pid else _("no process"))
-    head = _("ollama on {name}: {state}").format(name=st.instance,
-                                                  state=_(_STATES.get(st.state, st.state)))
+    template = _STATES.get(st.state)
+    head = (_(template).format(name=st.instance) if template
+            else _("ollama on {name}: {state}").format(name=st.instance, state=st.state))
     if st.version:
         head += _(", version {version}").format(version=st.version)
     elif p.client_version:
@@ -217,7 +218,7 @@ async def _command(
                 total, done = p.layers[p.digest]
                 pct = 100 if done >= total else done * 100 // total // 10 * 10
                 key: object = (p.digest, pct)
-                line = _("{status} {pct}% of {total}").format(status=p.status, pct=f"{pct:3d}",
+                line = _("{status} {pct} of {total}").format(status=p.status, pct=f"{pct:3d}%",
                                                               total=_human(total))
             else:
                 key = line = p.status

@@ -212,11 +212,11 @@ def evaluate_hints(
                     and (recent is None or recent < rules.busy_pct):
                 hints.append(Hint(
                     "low-util",
-                    D(N_("GPU {index} has stayed under {line} % ({mean} % on average) for "
+                    D(N_("GPU {index} has stayed under {line} ({mean} on average) for "
                          "{span}: it is waiting for data — an input-pipeline bottleneck. Check "
                          "CPU (top) and disk (iostat): more DataLoader workers, pin_memory, "
                          "faster storage or preprocessing ahead."),
-                      index=i, line=f"{rules.busy_pct:.0f}", mean=f"{mean:.0f}",
+                      index=i, line=f"{rules.busy_pct:.0f} %", mean=f"{mean:.0f} %",
                       span=_fmt_span(rules.low_util_s)),
                     gpu_index=i,
                 ))
@@ -226,10 +226,10 @@ def evaluate_hints(
             if ratio >= rules.memory_full_ratio:
                 hints.append(Hint(
                     "memory-full",
-                    D(N_("GPU {index} memory is {pct} % full ({used} of {total}): the next "
+                    D(N_("GPU {index} memory is {pct} full ({used} of {total}): the next "
                          "allocation may fail with CUDA out of memory — lower the batch size, "
                          "use mixed precision or gradient checkpointing, or a bigger card."),
-                      index=i, pct=f"{ratio * 100:.0f}", used=_fmt_mib(s.memory_used_mib),
+                      index=i, pct=f"{ratio * 100:.0f} %", used=_fmt_mib(s.memory_used_mib),
                       total=_fmt_mib(s.memory_total_mib)),
                     gpu_index=i,
                 ))

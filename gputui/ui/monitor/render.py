@@ -43,7 +43,7 @@ DIAG_SHORT = {
 HINT_SHORT = {
     "imbalance": N_("split?"),
     "idle-memory": N_("idle mem"),
-    "low-util": N_("<50% util"),
+    "low-util": N_("<{pct} util"),  # no "%" in a message id: Babel reads "% u" as a format
     "memory-full": N_("mem full"),
     "thermal": N_("hot"),
     "power-cap": N_("power cap"),
@@ -140,7 +140,7 @@ def fmt_age(seconds: float | None) -> str:
 def hint_short(h: Hint) -> str:
     """A hint as a few words for a table cell, in the interface language."""
     word = HINT_SHORT.get(h.code)
-    return _(word) if word else h.short
+    return _(word).format(pct="50%") if word else h.short
 
 
 def hint_text(h: Hint) -> str:
