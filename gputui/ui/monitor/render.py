@@ -70,8 +70,8 @@ LINK_WORDS = {
 # How the process list is sorted (`s` steps through them), as the title line says it.
 SORT_WORDS = {
     "memory": N_("memory"),
-    "pid": N_("PID"),
-    "gpu": N_("GPU"),
+    "pid": N_("pid"),
+    "gpu": N_("gpu"),
     "user": N_("user"),
     "command": N_("command"),
 }
