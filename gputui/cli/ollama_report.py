@@ -105,8 +105,10 @@ def _gpu_lines(st: OllamaStatus) -> list[str]:
     if not st.gpus:
         return [_("GPUs: unknown ({why})").format(
             why=st.gpu_error or _("nvidia-smi printed nothing"))]
-    lines = [f"{pad_cells('GPU', 4)} {pad_cells(_('NAME'), 22)} {pad_cells(_('FREE'), 9, '>')} "
-             f"{pad_cells(_('TOTAL'), 9, '>')}  " + _("SELECTED")]
+    # headers translated outside f-strings (Babel does not look inside them)
+    name, free, total = _("NAME"), _("FREE"), _("TOTAL")
+    lines = [f"{pad_cells('GPU', 4)} {pad_cells(name, 22)} {pad_cells(free, 9, '>')} "
+             f"{pad_cells(total, 9, '>')}  " + _("SELECTED")]
     for g in st.gpus:
         chosen = _("yes") if g.index in st.selected else ""
         lines.append(
@@ -183,8 +185,9 @@ async def _command(
         elif not models:
             print(_("No models on {name}. Pull one: gputui ollama {name} pull qwen2.5:7b").format(name=inst.name))
         else:
-            print(f"{pad_cells(_('NAME'), 28)} {pad_cells(_('SIZE'), 8, '>')}  "
-                  f"{pad_cells(_('QUANT'), 8)} {pad_cells(_('FAMILY'), 8)} " + _("MODIFIED"))
+            name, size, quant, family = _("NAME"), _("SIZE"), _("QUANT"), _("FAMILY")
+            print(f"{pad_cells(name, 28)} {pad_cells(size, 8, '>')}  "
+                  f"{pad_cells(quant, 8)} {pad_cells(family, 8)} " + _("MODIFIED"))
             for m in models:
                 print(f"{m.name[:28]:<28} {_gb(m.size):>8}  {(m.quantization or '')[:8]:<8} "
                       f"{(m.family or '')[:8]:<8} {_ago(m.modified_at)}")
@@ -196,8 +199,9 @@ async def _command(
         elif not loaded:
             print(_("No model is loaded on {name}.").format(name=inst.name))
         else:
-            print(f"{pad_cells(_('NAME'), 28)} {pad_cells(_('SIZE'), 8, '>')} "
-                  f"{pad_cells(_('IN VRAM'), 8, '>')}  {pad_cells(_('PROCESSOR'), 16)} "
+            name, size, vram, processor = _("NAME"), _("SIZE"), _("IN VRAM"), _("PROCESSOR")
+            print(f"{pad_cells(name, 28)} {pad_cells(size, 8, '>')} "
+                  f"{pad_cells(vram, 8, '>')}  {pad_cells(processor, 16)} "
                   + _("UNTIL"))
             for r in loaded:
                 print(f"{r.name[:28]:<28} {_gb(r.size):>8} {_gb(r.size_vram):>8}  "
