@@ -93,8 +93,8 @@ def fmt_until(ts: datetime | None, now: float) -> str:
     if s <= 0:
         return _("unloading")
     if s < 3600:
-        return f"{int(s // 60)}m {int(s % 60):02d}s"
-    return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
+        return _("{m}m {s}s").format(m=int(s // 60), s=f"{int(s % 60):02d}")
+    return _("{h}h {m}m").format(h=int(s // 3600), m=f"{int(s % 3600 // 60):02d}")
 
 
 def installed_rows(models: list[InstalledModel], now: float) -> dict[str, dict[str, str]]:
