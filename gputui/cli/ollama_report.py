@@ -104,7 +104,7 @@ def _status_lines(st: OllamaStatus) -> list[str]:
 def _gpu_lines(st: OllamaStatus) -> list[str]:
     if not st.gpus:
         return [_("GPUs: unknown ({why})").format(
-            why=st.gpu_error or _("nvidia-smi printed nothing"))]
+            why=shown(st.gpu_error) if st.gpu_error else _("nvidia-smi printed nothing"))]
     # headers translated outside f-strings (Babel does not look inside them)
     name, free, total = _("NAME"), _("FREE"), _("TOTAL")
     lines = [f"{pad_cells('GPU', 4)} {pad_cells(name, 22)} {pad_cells(free, 9, '>')} "

@@ -333,7 +333,7 @@ class OllamaService:
         gpu_error = None
         if not gpus:
             lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
-            gpu_error = _clean(lines[-1]) if lines else "nvidia-smi printed no GPU"
+            gpu_error = _clean(lines[-1]) if lines else D(N_("nvidia-smi printed no GPU"))
         status = OllamaStatus(inst.name, probe, tuple(gpus), gpu_error=gpu_error)
         if not check_http or not probe.running:
             return status
