@@ -641,8 +641,8 @@ class OllamaScreen(BaseScreen):
         report = result.placement
         style = placement_style(report.ok, report.unverified)
         placed = str(shown(report.message))
-        self._say(_("Loaded {model}.").format(model=escape(model))
-                  + f" [{style}]{escape(placed)}[/]")
+        self._say(_("Loaded {model}. {placement}").format(
+            model=escape(model), placement=f"[{style}]{escape(placed)}[/]"))
         if not report.ok:
             self.notify(placed, severity="warning", timeout=10)
         self.refresh_all()
