@@ -226,12 +226,6 @@ NOT_YET = {
     "ui/catalog.py", "ui/catalog_views.py", "ui/create.py", "catalog/fit.py", "catalog/jobcost.py",
     "catalog/prices.py", "catalog/shapes.py", "catalog/specs.py", "services/catalog.py",
 
-    # monitor and Ollama
-    "ui/monitor/detail.py", "ui/monitor/overview.py", "ui/monitor/processes.py",
-    "ui/monitor/render.py", "ui/monitor/screen.py", "ui/ollama.py", "services/ollama/fit.py",
-    "services/ollama/systemd.py", "services/smi.py", "services/telemetry/base.py",
-    "nvidia/nvml.py", "nvidia/nvsmi/fields.py", "cli/ollama_report.py",
-
     # money, leases and jobs
     "ui/costs.py", "ui/jobs.py", "services/arming.py", "services/costs.py", "services/daemon.py",
     "services/hub.py", "services/jobs.py", "services/jobs_runner.py", "services/leases.py",

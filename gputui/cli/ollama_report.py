@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gputui.cli.output import print_json
-from gputui.i18n import _, pad_cells
+from gputui.i18n import N_, _, pad_cells, shown, truncate_cells
 from gputui.models import Instance
 from gputui.remote.ollama_client import (
     PullProgress,
@@ -52,31 +52,50 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+# The server's state (`OllamaStatus.state`, English in --json) for people, in a whole line
+# (a word alone would take the translation an instance's state has).
+_STATES = {
+    "stopped": N_("ollama on {name}: stopped"),
+    "running": N_("ollama on {name}: running"),
+    "not answering": N_("ollama on {name}: not answering"),
+}
+
+
+def _field(label: str, value: str) -> str:
+    """`  label     value`: labels padded by cells, so Chinese ones line up too."""
+    return f"  {pad_cells(label, 9)} {value}"
+
+
 def _status_lines(st: OllamaStatus) -> list[str]:
     p = st.probe
     if not st.installed:
-        return [f"ollama on {st.instance}: not installed", f"  install: {INSTALL_COMMAND}"]
-    how = (f"systemd unit {p.unit} ({p.unit_active or '?'})" if st.managed_by == "systemd"
-           else f"process {p.pid}" if p.pid else "no process")
-    head = f"ollama on {st.instance}: {st.state}"
+        return [_("ollama on {name}: not installed").format(name=st.instance),
+                "  " + _("install: {command}").format(command=INSTALL_COMMAND)]
+    how = (_("systemd unit {unit} ({active})").format(unit=p.unit, active=p.unit_active or "?")
+           if st.managed_by == "systemd"
+           else _("process {pid}").format(pid=p.pid) if p.pid else _("no process"))
+    template = _STATES.get(st.state)
+    head = (_(template).format(name=st.instance) if template
+            else _("ollama on {name}: {state}").format(name=st.instance, state=st.state))
     if st.version:
-        head += f", version {st.version}"
+        head += _(", version {version}").format(version=st.version)
     elif p.client_version:
-        head += f" (installed: {p.client_version})"
-    lines = [head, f"  runs as   {how}"]
+        head += _(" (installed: {version})").format(version=p.client_version)
+    lines = [head, _field(_("runs as"), how)]
     if st.running:
-        lines.append(f"  listens   {st.host}:{st.port}")
+        lines.append(_field(_("listens"), f"{st.host}:{st.port}"))
     if st.error:
-        lines.append(f"  error     {st.error}")
+        lines.append(_field(_("error"), str(shown(st.error))))
     env = [f"{k}={st.env[k]}" for k in SHOWN_ENV if k in st.env]
-    lines.append(f"  env       {'  '.join(env) if env else '(defaults)'}")
+    lines.append(_field(_("env"), "  ".join(env) if env else _("(defaults)")))
     sel = st.selected
-    lines.append(f"  GPUs      {','.join(map(str, sel)) if sel else 'none'}"
-                 f"{'' if st.visible_devices is not None else ' (all: CUDA_VISIBLE_DEVICES unset)'}")
+    lines.append(_field("GPUs", (",".join(map(str, sel)) if sel else _("none"))
+                        + ("" if st.visible_devices is not None
+                           else _(" (all: CUDA_VISIBLE_DEVICES unset)"))))
     if st.managed_by == "process":
-        lines.append(f"  log       {LOG_FILE.replace('$HOME', p.home or '~')}")
+        lines.append(_field(_("log"), LOG_FILE.replace("$HOME", p.home or "~")))
     if not st.running:
-        lines.append(f"  start it: gputui ollama {st.instance} start")
+        lines.append("  " + _("start it: gputui ollama {name} start").format(name=st.instance))
     lines.append("")
     lines += _gpu_lines(st)
     return lines
@@ -84,12 +103,18 @@ def _status_lines(st: OllamaStatus) -> list[str]:
 
 def _gpu_lines(st: OllamaStatus) -> list[str]:
     if not st.gpus:
-        return [f"GPUs: unknown ({st.gpu_error or 'nvidia-smi printed nothing'})"]
-    lines = [f"{'GPU':<4} {'NAME':<22} {'FREE':>9} {'TOTAL':>9}  SELECTED"]
+        return [_("GPUs: unknown ({why})").format(
+            why=shown(st.gpu_error) if st.gpu_error else _("nvidia-smi printed nothing"))]
+    # headers translated outside f-strings (Babel does not look inside them)
+    name, free, total = _("NAME"), _("FREE"), _("TOTAL")
+    lines = [f"{pad_cells('GPU', 4)} {pad_cells(name, 22)} {pad_cells(free, 9, '>')} "
+             f"{pad_cells(total, 9, '>')}  " + _("SELECTED")]
     for g in st.gpus:
+        chosen = _("yes") if g.index in st.selected else ""
         lines.append(
-            f"{g.index:<4} {g.short_name[:22]:<22} {_gb((g.memory_free_mib or 0) * MIB):>9} "
-            f"{_gb((g.memory_total_mib or 0) * MIB):>9}  {'yes' if g.index in st.selected else ''}")
+            f"{g.index:<4} {pad_cells(truncate_cells(g.short_name, 22, ''), 22)} "
+            f"{_gb((g.memory_free_mib or 0) * MIB):>9} "
+            f"{_gb((g.memory_total_mib or 0) * MIB):>9}  {chosen}")
     return lines
 
 
@@ -98,12 +123,12 @@ def _ago(ts: Any) -> str:
         return ""
     seconds = max(0.0, time.time() - ts.timestamp())
     if seconds < 60:
-        return f"{int(seconds)} s ago"
+        return _("{n} s ago").format(n=int(seconds))
     if seconds < 3600:
-        return f"{int(seconds // 60)} min ago"
+        return _("{n} min ago").format(n=int(seconds // 60))
     if seconds < 86400:
-        return f"{int(seconds // 3600)} h ago"
-    return f"{int(seconds // 86400)} days ago"
+        return _("{n} h ago").format(n=int(seconds // 3600))
+    return _("{n} days ago").format(n=int(seconds // 86400))
 
 
 def _until(ts: Any) -> str:
@@ -111,10 +136,10 @@ def _until(ts: Any) -> str:
         return ""
     seconds = ts.timestamp() - time.time()
     if seconds > 100 * 365 * 86400:
-        return "forever"
+        return _("forever")
     if seconds <= 0:
-        return "stopping"
-    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+        return _("stopping")
+    return _("{min} min {s} s").format(min=int(seconds // 60), s=int(seconds % 60))
 
 
 async def ollama_command(
@@ -144,7 +169,8 @@ async def _command(
 ) -> int:
     needs_arg = {"pull", "rm", "load", "unload", "fit"}
     if action in needs_arg and not arg:
-        raise OllamaServiceError(f"ollama {action}: give a model name (e.g. qwen2.5:7b)")
+        raise OllamaServiceError(_("ollama {action}: give a model name (e.g. qwen2.5:7b)")
+                                 .format(action=action))
     if action == "status":
         st = await svc.status(inst)
         if as_json:
@@ -159,8 +185,9 @@ async def _command(
         elif not models:
             print(_("No models on {name}. Pull one: gputui ollama {name} pull qwen2.5:7b").format(name=inst.name))
         else:
-            print(f"{pad_cells(_('NAME'), 28)} {pad_cells(_('SIZE'), 8, '>')}  "
-                  f"{pad_cells(_('QUANT'), 8)} {pad_cells(_('FAMILY'), 8)} " + _("MODIFIED"))
+            name, size, quant, family = _("NAME"), _("SIZE"), _("QUANT"), _("FAMILY")
+            print(f"{pad_cells(name, 28)} {pad_cells(size, 8, '>')}  "
+                  f"{pad_cells(quant, 8)} {pad_cells(family, 8)} " + _("MODIFIED"))
             for m in models:
                 print(f"{m.name[:28]:<28} {_gb(m.size):>8}  {(m.quantization or '')[:8]:<8} "
                       f"{(m.family or '')[:8]:<8} {_ago(m.modified_at)}")
@@ -172,8 +199,9 @@ async def _command(
         elif not loaded:
             print(_("No model is loaded on {name}.").format(name=inst.name))
         else:
-            print(f"{pad_cells(_('NAME'), 28)} {pad_cells(_('SIZE'), 8, '>')} "
-                  f"{pad_cells(_('IN VRAM'), 8, '>')}  {pad_cells(_('PROCESSOR'), 16)} "
+            name, size, vram, processor = _("NAME"), _("SIZE"), _("IN VRAM"), _("PROCESSOR")
+            print(f"{pad_cells(name, 28)} {pad_cells(size, 8, '>')} "
+                  f"{pad_cells(vram, 8, '>')}  {pad_cells(processor, 16)} "
                   + _("UNTIL"))
             for r in loaded:
                 print(f"{r.name[:28]:<28} {_gb(r.size):>8} {_gb(r.size_vram):>8}  "
@@ -184,7 +212,7 @@ async def _command(
         st = await svc.status(inst)
         fit = await svc.fit_check(inst, arg, status=st)
         if not fit.ok and not as_json:
-            _err(f"warning: {fit.message}")
+            _err(_("warning: {message}").format(message=shown(fit.message)))
         last: list[object] = [None]
 
         def show(p: PullProgress) -> None:
@@ -194,7 +222,8 @@ async def _command(
                 total, done = p.layers[p.digest]
                 pct = 100 if done >= total else done * 100 // total // 10 * 10
                 key: object = (p.digest, pct)
-                line = f"{p.status} {pct:3d}% of {_human(total)}"
+                line = _("{status} {pct} of {total}").format(status=p.status, pct=f"{pct:3d}%",
+                                                              total=_human(total))
             else:
                 key = line = p.status
             if key != last[0]:
@@ -222,7 +251,7 @@ async def _command(
         if as_json:
             print_json(fit.as_dict())
         else:
-            print(fit.message)
+            print(shown(fit.message))
         return 0 if fit.ok else 1
     if action == "load":
         assert arg is not None
@@ -232,15 +261,15 @@ async def _command(
             if as_json:
                 print_json({"model": arg, "loaded": False, "fit": exc.fit.as_dict()})
             else:
-                _err(f"not loaded: {exc.fit.message}")
-                _err("(load anyway with --force)")
+                _err(_("not loaded: {message}").format(message=shown(exc.fit.message)))
+                _err(_("(load anyway with --force)"))
             return 1
         if as_json:
             print_json({"model": arg, "loaded": True, "fit": result.fit.as_dict(),
                          "placement": result.placement.as_dict()})
         else:
             print(_("loaded {arg}").format(arg=arg))
-            print(result.placement.message)
+            print(shown(result.placement.message))
         return 0
     if action == "unload":
         assert arg is not None
@@ -255,7 +284,7 @@ async def _command(
         if as_json:
             print_json(report.as_dict())
         else:
-            print(report.message)
+            print(shown(report.message))
         return 0 if report.ok else 1
     if action == "gpus":
         if not arg:
@@ -273,13 +302,14 @@ async def _command(
             with contextlib.suppress(OllamaServiceError):
                 running = await svc.running(inst, status=st)
         if not as_json:
-            _err(restart_warning(running))
+            _err(str(shown(restart_warning(running))))
         new = await svc.apply_gpus(inst, indices)
         if as_json:
             print_json({**new.as_dict(), "unloaded": [m.name for m in running]})
         else:
             print(_("ollama on {name} now uses {gpus} (CUDA_VISIBLE_DEVICES={value})").format(
-                name=inst.name, gpus=gpu_words(new.selected), value=new.visible_devices or "unset"))
+                name=inst.name, gpus=shown(gpu_words(new.selected)),
+                value=new.visible_devices or _("unset")))
         return 0
     if action == "start":
         new = await svc.start(inst)
@@ -296,5 +326,5 @@ async def _command(
             print(_("ollama on {name} stopped").format(name=inst.name))
         return 0
     raise OllamaServiceError(
-        f"unknown action {action!r}: list, ps, pull, rm, load, unload, gpus, status, start, "
-        "stop, fit, verify")
+        _("unknown action {action}: list, ps, pull, rm, load, unload, gpus, status, start, "
+          "stop, fit, verify").format(action=repr(action)))

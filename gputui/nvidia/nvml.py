@@ -13,9 +13,11 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SkipValidation
 
 from gputui.errors import GputuiError
+from gputui.i18n import N_, _
+from gputui.i18n import Deferred as D
 from gputui.models import GpuInventory, GpuSample, HostInventory, MigDevice, ProcessSample
 from gputui.nvidia.diagnose import DIAGNOSES, Diagnosis
 from gputui.nvidia.nvsmi import guess_mig_profile, sanitize
@@ -32,14 +34,17 @@ class LocalReading(BaseModel):
     inventory: HostInventory
     samples: list[GpuSample] = Field(default_factory=list)
     processes: list[ProcessSample] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)  # what could not be read, e.g. processes
+    # what could not be read, e.g. processes: Deferred text (English in JSON; `shown()` for
+    # people), kept as it is by pydantic
+    notes: list[SkipValidation[str]] = Field(default_factory=list)
 
 
 class NvmlUnavailable(GputuiError):
     """NVML cannot be used here; `.diagnosis` says why and what to do."""
 
     def __init__(self, diagnosis: Diagnosis) -> None:
-        super().__init__(f"{diagnosis.problem} {diagnosis.fix}")
+        super().__init__(_("{problem} {fix}").format(problem=diagnosis.problem_text,
+                                                     fix=diagnosis.fix_text))
         self.diagnosis = diagnosis
 
 
@@ -88,9 +93,9 @@ def diagnosis_for_nvml_error(exc: BaseException) -> Diagnosis:
     if key == "nvidia-smi-failed":
         base = base.model_copy(
             update={
-                "problem": "NVML failed.",
-                "fix": "Check the NVIDIA driver; reboot after "
-                "driver updates. Run nvidia-smi to see the full message.",
+                "problem": N_("NVML failed."),
+                "fix": N_("Check the NVIDIA driver; reboot after driver updates. Run nvidia-smi "
+                          "to see the full message."),
             }
         )
     return base.model_copy(update={"detail": detail})
@@ -103,7 +108,7 @@ def _import_pynvml() -> ModuleType:
         raise NvmlUnavailable(
             DIAGNOSES["nvml-library-missing"].model_copy(
                 update={
-                    "problem": "The nvidia-ml-py package (pynvml) is not installed.",
+                    "problem": N_("The nvidia-ml-py package (pynvml) is not installed."),
                     "fix": "pip install nvidia-ml-py",
                     "detail": sanitize(str(exc), 200),
                 }
@@ -147,7 +152,7 @@ def read_local(nvml: ModuleType | None = None) -> LocalReading:
 
 
 def _read(nv: ModuleType, error_type: type[BaseException]) -> LocalReading:
-    notes: list[str] = []
+    notes: list[str] = []  # Deferred text
 
     def opt(fn: Callable[..., T], *args: Any) -> T | None:
         """fn(*args), or None where this GPU/driver cannot give the value."""
@@ -197,7 +202,8 @@ def _read(nv: ModuleType, error_type: type[BaseException]) -> LocalReading:
         except error_type as exc:
             if _error_code(exc) in _FATAL:
                 raise
-            notes.append(f"GPU {index}: {diagnosis_for_nvml_error(exc).detail}")
+            notes.append(D(N_("GPU {index}: {note}"), index=index,
+                           note=diagnosis_for_nvml_error(exc).detail))
             continue
         name = text(opt(nv.nvmlDeviceGetName, handle))
         uuid = text(opt(nv.nvmlDeviceGetUUID, handle), 96)
@@ -262,7 +268,7 @@ def _read(nv: ModuleType, error_type: type[BaseException]) -> LocalReading:
         )
         procs, note = _compute_processes(nv, handle, error_type)
         if note:
-            notes.append(f"GPU {index}: {note}")
+            notes.append(D(N_("GPU {index}: {note}"), index=index, note=note))
         for proc in procs:
             pid = getattr(proc, "pid", None)
             if not isinstance(pid, int):
@@ -312,10 +318,9 @@ def _compute_processes(
             last = exc
             continue
     if last is None:
-        return [], "process list not available"
-    return [], sanitize(
-        f"process list not available ({diagnosis_for_nvml_error(last).detail})", 200
-    )
+        return [], D(N_("process list not available"))
+    return [], D(N_("process list not available ({detail})"),
+                 detail=sanitize(diagnosis_for_nvml_error(last).detail or "", 160))
 
 
 def _mig_devices(

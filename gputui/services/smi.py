@@ -74,7 +74,7 @@ class Snapshot:
     inventory: HostInventory = field(default_factory=HostInventory)
     samples: list[GpuSample] = field(default_factory=list)
     processes: list[ProcessSample] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # Deferred text: English in JSON
 
 
 class SnapshotFailed(GputuiError):
@@ -134,12 +134,16 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
     return "N/A" if value is None else fmt.format(value)
 
 
+# NVIDIA's names (MIG, GPU instance, compute instance): the same in every language
+_MIG_LINE = "    MIG {profile} (GI {gi}, CI {ci}) {used} / {total} MiB"
+
+
 def format_snapshot(snap: Snapshot) -> str:
     """gpustat-like text: a header line, one line per GPU with its processes."""
     inv = snap.inventory
     head = snap.source
     if inv.driver_version:
-        head += f"  driver {inv.driver_version}"
+        head += "  " + _("driver {version}").format(version=inv.driver_version)
     if inv.cuda_version:
         head += f"  CUDA {inv.cuda_version}"
     lines = [head]
@@ -161,17 +165,17 @@ def format_snapshot(snap: Snapshot) -> str:
             f"{_num(s.memory_total_mib):>6} MiB | {power:>13} | {procs}".rstrip(" |")
         )
         for m in migs.get(s.index, []):
-            lines.append(
-                f"    MIG {m.profile or '?'} (GI {_num(m.gi_id)}, CI {_num(m.ci_id)}) "
-                f"{_num(m.memory_used_mib)} / {_num(m.memory_total_mib)} MiB"
-            )
+            lines.append(_MIG_LINE.format(
+                profile=m.profile or "?", gi=_num(m.gi_id), ci=_num(m.ci_id),
+                used=_num(m.memory_used_mib), total=_num(m.memory_total_mib)))
     orphans = by_gpu.get(None, [])
     for p in orphans:
-        lines.append(f"    process {p.pid} {_short_cmd(p.name)} ({_num(p.used_memory_mib)}M)")
+        lines.append("    " + _("process {pid} {command} ({memory}M)").format(
+            pid=p.pid, command=_short_cmd(p.name), memory=_num(p.used_memory_mib)))
     if not snap.samples:
-        lines.append("no GPUs")
+        lines.append(_("no GPUs"))
     for note in snap.notes:
-        lines.append(f"note: {note}")
+        lines.append(_("note: {note}").format(note=_shown(note)))
     return "\n".join(lines)
 
 
@@ -202,11 +206,12 @@ async def snapshot_instance(services: Services, inst: Instance) -> Snapshot:
         if xml.exit_status == 0:
             snap.inventory = parse_xml(xml.stdout)
     except NvsmiParseError:
-        snap.notes.append("nvidia-smi -q -x gave no readable report (no versions, no MIG)")
+        snap.notes.append(D(N_("nvidia-smi -q -x gave no readable report (no versions, no "
+                               "MIG)")))
     uuids = {s.uuid: s.index for s in samples if s.uuid}
     procs, why = await read_processes(link, uuids, timeout=60)
     if procs is None:
-        snap.notes.append(f"processes not available: {why}")
+        snap.notes.append(D(N_("processes not available: {why}"), why=why))
     else:
         snap.processes = procs
     return snap
@@ -298,6 +303,7 @@ r["warnings"] = [str(w.message)[:300] for w in caught][:3]
 print(json.dumps(r))
 """.strip()
 
+_DOCKERENV, _CONTAINERENV, _CGROUP, _CONTAINER_VAR = "dockerenv", "containerenv", "cgroup", "container"
 _CONTAINER_CGROUP = re.compile(r"docker|kubepods|containerd|libpod|lxc")
 _MARK = "@@gputui "
 
@@ -363,18 +369,19 @@ def local_facts(
                 facts.samples = samples
                 facts.processes = assign_gpu_indices(procs, samples)
     facts.env = {k: env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")}
-    if (root / ".dockerenv").exists():
-        facts.container.append("dockerenv")
-    if (root / "run" / ".containerenv").exists():
-        facts.container.append("containerenv")
+    # the signs of a container, by their names (the remote script prints the same words)
+    for sign, path in (_DOCKERENV, root / ".dockerenv"), (_CONTAINERENV,
+                                                        root / "run" / ".containerenv"):
+        if path.exists():
+            facts.container.append(sign)
     try:
         cgroup = (root / "proc" / "1" / "cgroup").read_text(encoding="utf-8", errors="replace")
         if _CONTAINER_CGROUP.search(cgroup):
-            facts.container.append("cgroup")
+            facts.container.append(_CGROUP)
     except OSError:
         pass
-    if env.get("container"):
-        facts.container.append(f"container={env.get('container')}")
+    if env.get(_CONTAINER_VAR):
+        facts.container.append(f"{_CONTAINER_VAR}={env.get(_CONTAINER_VAR)}")
     try:
         facts.devices = sorted(p.name for p in (root / "dev").iterdir()
                                if p.name.startswith("nvidia"))

@@ -29,6 +29,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import Checkbox, DataTable, Input, ProgressBar, Select, Static
 
 from gputui.format import format_gib, short_gpu
+from gputui.i18n import N_, _, shown, truncate_cells
 from gputui.models import Instance, InstanceStatus
 from gputui.sanitize import sanitize
 from gputui.services.ollama import (
@@ -49,11 +50,13 @@ from gputui.store import InstanceChanged
 from gputui.ui.base import BaseScreen, StoreEvent
 
 REFRESH_S = 5.0
-INSTALLED_COLUMNS = [("name", "Installed"), ("size", "Size"), ("quant", "Quant"),
-                     ("family", "Family"), ("modified", "Modified")]
-RUNNING_COLUMNS = [("name", "Running"), ("size", "Size"), ("vram", "In VRAM"),
-                   ("share", "On GPU"), ("until", "Until")]
-NO_INSTANCE = "No running instance. Press [b]n[/b] to rent one (the sandbox needs no account)."
+# Headers are marked here and translated when the tables are made.
+INSTALLED_COLUMNS = [("name", N_("Installed")), ("size", N_("Size")), ("quant", N_("Quant")),
+                     ("family", N_("Family")), ("modified", N_("Modified"))]
+RUNNING_COLUMNS = [("name", N_("Running")), ("size", N_("Size")), ("vram", N_("In VRAM")),
+                   ("share", N_("On GPU")), ("until", N_("Until"))]
+NO_INSTANCE = N_("No running instance. Press [b]n[/b] to rent one (the sandbox needs no "
+                 "account).")
 
 
 # --------------------------------------------------------------------------- formatting (pure)
@@ -73,12 +76,12 @@ def fmt_ago(ts: datetime | None, now: float) -> str:
         return "-"
     s = max(0.0, now - ts.timestamp())
     if s < 60:
-        return f"{int(s)}s ago"
+        return _("{n}s ago").format(n=int(s))
     if s < 3600:
-        return f"{int(s // 60)}m ago"
+        return _("{n}m ago").format(n=int(s // 60))
     if s < 86400:
-        return f"{int(s // 3600)}h ago"
-    return f"{int(s // 86400)}d ago"
+        return _("{n}h ago").format(n=int(s // 3600))
+    return _("{n}d ago").format(n=int(s // 86400))
 
 
 def fmt_until(ts: datetime | None, now: float) -> str:
@@ -86,12 +89,12 @@ def fmt_until(ts: datetime | None, now: float) -> str:
         return "-"
     s = ts.timestamp() - now
     if s > 100 * 365 * 86400:
-        return "forever"
+        return _("forever")
     if s <= 0:
-        return "unloading"
+        return _("unloading")
     if s < 3600:
-        return f"{int(s // 60)}m {int(s % 60):02d}s"
-    return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
+        return _("{m}m {s}s").format(m=int(s // 60), s=f"{int(s % 60):02d}")
+    return _("{h}h {m}m").format(h=int(s // 3600), m=f"{int(s % 3600 // 60):02d}")
 
 
 def installed_rows(models: list[InstalledModel], now: float) -> dict[str, dict[str, str]]:
@@ -113,18 +116,20 @@ def running_rows(models: list[RunningModel], now: float) -> dict[str, dict[str, 
 
 def server_line(st: OllamaStatus | None) -> str:
     if st is None:
-        return "Server: …"
+        return _("Server: …")
     p = st.probe
     if not st.installed:
-        return (f"Server: [b]not installed[/b] — [b]s[/b] runs the official install "
-                f"([i]{escape(INSTALL_COMMAND)}[/i])")
+        return _("Server: [b]not installed[/b] — [b]s[/b] runs the official install "
+                 "([i]{command}[/i])").format(command=escape(INSTALL_COMMAND))
     if not st.running:
-        return "Server: [b]stopped[/b] — [b]s[/b] starts it"
+        return _("Server: [b]stopped[/b] — [b]s[/b] starts it")
     how = f"systemd {p.unit}" if st.managed_by == "systemd" else f"pid {p.pid}"
     if not st.reachable:
-        return f"Server: [b]not answering[/b] ({how}, port {st.port}): {escape(st.error or '')}"
-    return (f"Server: [b]running[/b] · v{escape(st.version or '?')} · {how} · "
-            f"{escape(st.host)}:{st.port} · ctx {st.context:,}")
+        return _("Server: [b]not answering[/b] ({how}, port {port}): {error}").format(
+            how=escape(how), port=st.port, error=escape(str(shown(st.error or ""))))
+    return _("Server: [b]running[/b] · v{version} · {how} · {host}:{port} · ctx {context}").format(
+        version=escape(st.version or "?"), how=escape(how), host=escape(st.host), port=st.port,
+        context=f"{st.context:,}")
 
 
 def env_line(st: OllamaStatus | None) -> str:
@@ -137,7 +142,8 @@ def env_line(st: OllamaStatus | None) -> str:
             if key == "CUDA_VISIBLE_DEVICES" and len(value) > 24:
                 value = value[:24] + "…"
             parts.append(f"{key.removeprefix('OLLAMA_')}={value}")
-    return "Env: " + escape("  ".join(parts) if parts else "defaults (all GPUs)")
+    return _("Env: {settings}").format(
+        settings=escape("  ".join(parts) if parts else _("defaults (all GPUs)")))
 
 
 def gpu_label(g: GpuInfo) -> str:
@@ -145,7 +151,8 @@ def gpu_label(g: GpuInfo) -> str:
     if free is not None and g.memory_total_mib:  # never more free than the card holds
         free = min(free, g.memory_total_mib)
     text = "?" if free is None else format_gib(free, unit="mib")
-    return f"{g.index} {short_gpu(g.name)[:14]} · {text} free"
+    return _("{index} {name} · {free} free").format(
+        index=g.index, name=truncate_cells(short_gpu(g.name), 14, ellipsis=""), free=text)
 
 
 def placement_style(ok: bool, unverified: bool) -> str:
@@ -165,20 +172,22 @@ class GpuCheckbox(Checkbox):
 
 
 class OllamaScreen(BaseScreen):
-    TITLE = "Ollama"
+    TITLE = N_("Ollama")
+    # descriptions are marked here and translated where the footer and help show them
     BINDINGS = [
-        Binding("p", "pull", "Pull"),
-        Binding("l", "load", "Load"),
-        Binding("u", "unload", "Unload"),
-        Binding("a", "apply_gpus", "Apply GPUs"),
-        Binding("d", "delete", "Delete"),
-        Binding("x,escape", "cancel_pull", "Cancel pull", show=False),
-        Binding("s", "start", "Start/install", show=False),
-        Binding("r", "refresh", "Refresh", show=False),
-        Binding("v", "verify", "Verify", show=False),
-        Binding("left_square_bracket", "cycle(-1)", "Prev instance", show=False, key_display="["),
-        Binding("right_square_bracket", "cycle(1)", "Next instance", show=False,
-                key_display="]"),
+        Binding("p", "pull", N_("Pull")),
+        Binding("l", "load", N_("Load")),
+        Binding("u", "unload", N_("Unload")),
+        Binding("a", "apply_gpus", N_("Apply GPUs")),
+        Binding("d", "delete", N_("Delete")),
+        Binding("x,escape", "cancel_pull", N_("Cancel pull"), show=False),
+        Binding("s", "start", N_("Start/install"), show=False),
+        Binding("r", "refresh", N_("Refresh"), show=False),
+        Binding("v", "verify", N_("Verify"), show=False),
+        Binding(key="left_square_bracket", action="cycle(-1)", description=N_("Prev instance"),
+                show=False, key_display="["),
+        Binding(key="right_square_bracket", action="cycle(1)", description=N_("Next instance"),
+                show=False, key_display="]"),
     ]
     DEFAULT_CSS = """
     OllamaScreen #body { height: 1fr; }
@@ -203,18 +212,18 @@ class OllamaScreen(BaseScreen):
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="body"):
             with Horizontal(id="pick"):
-                yield Static("Instance ")
-                yield Select([], prompt="(no running instance)", id="instance", compact=True)
-            yield Static(NO_INSTANCE, id="hint")
+                yield Static(_("Instance") + " ")
+                yield Select([], prompt=_("(no running instance)"), id="instance", compact=True)
+            yield Static(_(NO_INSTANCE), id="hint")
             yield Static(server_line(None), id="server")
             yield Static("", id="env")
-            yield Static("GPUs Ollama may use (space ticks, [b]a[/b] applies):", classes="label",
-                         id="gpus-label")
+            yield Static(_("GPUs Ollama may use (space ticks, [b]a[/b] applies):"),
+                         classes="label", id="gpus-label")
             yield Horizontal(id="gpus")
             yield DataTable(id="installed", cursor_type="row", zebra_stripes=True)
             yield DataTable(id="running", cursor_type="row")
             with Horizontal(id="pullrow"):
-                yield Input(placeholder="pull: e.g. qwen2.5:7b", id="model",
+                yield Input(placeholder=_("pull: e.g. qwen2.5:7b"), id="model",
                             compact=True)
                 yield ProgressBar(total=None, show_eta=False, id="progress")
             yield Static("", id="message")
@@ -236,7 +245,7 @@ class OllamaScreen(BaseScreen):
                                   ("#running", RUNNING_COLUMNS)):
             table = self.query_one(table_id, DataTable)
             for key, label in columns:
-                table.add_column(label, key=key)
+                table.add_column(_(label), key=key)
         self.query_one("#progress", ProgressBar).display = False
         self._reload_instances(initial=True)
         self.set_interval(REFRESH_S, self._tick)
@@ -289,7 +298,7 @@ class OllamaScreen(BaseScreen):
         self.refresh_all()
 
     def _show_nothing(self) -> None:
-        self.query_one("#server", Static).update("Server: -")
+        self.query_one("#server", Static).update(_("Server: -"))
         self.query_one("#env", Static).update("")
         for table_id in ("#installed", "#running"):
             self.query_one(table_id, DataTable).clear()
@@ -328,11 +337,11 @@ class OllamaScreen(BaseScreen):
             table.remove_row(key)
         for key, cells in rows.items():
             if key in have:
-                for col, _ in columns:
+                for col, _label in columns:
                     if table.get_cell(key, col) != cells[col]:
                         table.update_cell(key, col, cells[col], update_width=True)
             else:
-                table.add_row(*(cells[c] for c, _ in columns), key=key)
+                table.add_row(*(cells[c] for c, _label in columns), key=key)
 
     async def _show_gpus(self, st: OllamaStatus) -> None:
         box = self.query_one("#gpus")
@@ -390,7 +399,7 @@ class OllamaScreen(BaseScreen):
                 running = await self._svc.running(inst, status=st)
         except Exception as exc:
             if self._inst is inst:
-                self._say(f"[b]{escape(inst.name)}[/b]: {escape(str(exc))}")
+                self._say(f"[b]{escape(inst.name)}[/b]: {escape(str(shown(exc)))}")
             return
         finally:
             self._refreshing = False
@@ -401,10 +410,10 @@ class OllamaScreen(BaseScreen):
     def _ready(self) -> Instance | None:
         inst = self._inst
         if inst is None:
-            self.notify("No running instance.", severity="warning")
+            self.notify(_("No running instance."), severity="warning")
             return None
         if self._busy:
-            self.notify(f"Busy: {self._busy}…", severity="warning")
+            self.notify(_("Busy: {task}…").format(task=self._busy), severity="warning")
             return None
         return inst
 
@@ -414,18 +423,18 @@ class OllamaScreen(BaseScreen):
             return None
         return table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
 
-    async def _confirm(self, question: str, yes: str, no: str = "Cancel") -> bool:
+    async def _confirm(self, question: str, yes: str, no: str | None = None) -> bool:
         from textual.screen import Screen
 
         from gputui.ui.dialogs import ConfirmScreen
 
-        screen: Screen[Any] = ConfirmScreen(question, yes, no)
+        screen: Screen[Any] = ConfirmScreen(question, yes, _("Cancel") if no is None else no)
         return bool(await self.app.push_screen_wait(screen))
 
     def _fail(self, inst: Instance, exc: BaseException) -> None:
-        text = str(exc).removeprefix(f"{inst.name}: ")  # said once, not twice
+        text = str(shown(exc)).removeprefix(f"{inst.name}: ")  # said once, not twice
         self._say(f"[b red]{escape(inst.name)}[/]: {escape(text)}")
-        self.notify(str(exc), severity="error", timeout=8)
+        self.notify(str(shown(exc)), severity="error", timeout=8)
 
     # -- server --------------------------------------------------------------------------------
     def action_start(self) -> None:
@@ -439,11 +448,13 @@ class OllamaScreen(BaseScreen):
             return
         if st is not None and not st.installed:
             if not await self._confirm(
-                    f"Install Ollama on [b]{escape(inst.name)}[/b]?\n\nThis runs the official "
-                    f"install script there:\n\n  {escape(INSTALL_COMMAND)}", "Install"):
+                    _("Install Ollama on [b]{name}[/b]?\n\nThis runs the official install "
+                      "script there:\n\n  {command}").format(name=escape(inst.name),
+                                                            command=escape(INSTALL_COMMAND)),
+                    _("Install")):
                 return
-            self._busy = "installing Ollama"
-            self._say("Installing Ollama… (this can take minutes)")
+            self._busy = _("installing Ollama")
+            self._say(_("Installing Ollama… (this can take minutes)"))
             try:
                 await self._svc.install(inst)
             except Exception as exc:
@@ -451,8 +462,8 @@ class OllamaScreen(BaseScreen):
                 return
             finally:
                 self._busy = None
-        self._busy = "starting Ollama"
-        self._say("Starting the Ollama server…")
+        self._busy = _("starting Ollama")
+        self._say(_("Starting the Ollama server…"))
         try:
             new = await self._svc.start(inst)
         except Exception as exc:
@@ -460,7 +471,8 @@ class OllamaScreen(BaseScreen):
             return
         finally:
             self._busy = None
-        self._say(f"Ollama {escape(new.version or '')} is running on port {new.port}.")
+        self._say(_("Ollama {version} is running on port {port}.").format(
+            version=escape(new.version or ""), port=new.port))
         self.refresh_all()
 
     # -- GPUs ----------------------------------------------------------------------------------
@@ -472,15 +484,15 @@ class OllamaScreen(BaseScreen):
         if self._ready() is None:
             return
         if not self._gpu_indices:
-            self.notify("No GPUs known yet (refresh with r).", severity="warning")
+            self.notify(_("No GPUs known yet (refresh with r)."), severity="warning")
             return
         ticked = self._ticked()
         if not ticked:
-            self.notify("Tick at least one GPU.", severity="warning")
+            self.notify(_("Tick at least one GPU."), severity="warning")
             return
         if ticked == sorted(self._server_selection) and self._status is not None and (
                 self._status.running):
-            self.notify("Ollama already uses these GPUs.")
+            self.notify(_("Ollama already uses these GPUs."))
             return
         self.apply_gpus(ticked)
 
@@ -490,14 +502,15 @@ class OllamaScreen(BaseScreen):
         if inst is None:
             return
         every = ticked == list(self._gpu_indices)
-        where = "all GPUs" if every else "GPU " + ",".join(map(str, ticked))
-        warning = restart_warning(self._running_models)
+        where = _("all GPUs") if every else _("GPU {ids}").format(ids=",".join(map(str, ticked)))
+        warning = str(shown(restart_warning(self._running_models)))
         if not await self._confirm(
-                f"Restart Ollama on [b]{escape(inst.name)}[/b] with {where}?\n\n"
-                f"{escape(warning)}", "Restart"):
+                _("Restart Ollama on [b]{name}[/b] with {where}?").format(
+                    name=escape(inst.name), where=where) + f"\n\n{escape(warning)}",
+                _("Restart")):
             return
-        self._busy = "restarting Ollama"
-        self._say(f"Restarting Ollama with {where}…")
+        self._busy = _("restarting Ollama")
+        self._say(_("Restarting Ollama with {where}…").format(where=where))
         try:
             new = await self._svc.apply_gpus(inst, None if every else ticked)
         except Exception as exc:
@@ -505,8 +518,8 @@ class OllamaScreen(BaseScreen):
             return
         finally:
             self._busy = None
-        self._say(f"Ollama now uses {gpu_words(new.selected)}"
-                  f" (CUDA_VISIBLE_DEVICES={escape(new.visible_devices or 'unset')}).")
+        self._say(_("Ollama now uses {gpus} (CUDA_VISIBLE_DEVICES={value}).").format(
+            gpus=shown(gpu_words(new.selected)), value=escape(new.visible_devices or _("unset"))))
         self._server_selection = []  # take the new selection on the next refresh
         for box in self.query("#gpus Checkbox").results(Checkbox):
             box.value = int(str(box.id).removeprefix("gpu-")) in new.selected
@@ -530,10 +543,11 @@ class OllamaScreen(BaseScreen):
 
     def _start_pull(self, model: str) -> None:
         if self._inst is None:
-            self.notify("No running instance.", severity="warning")
+            self.notify(_("No running instance."), severity="warning")
             return
         if self._pulling:
-            self.notify(f"Already pulling {self._pulling} (x cancels it).", severity="warning")
+            self.notify(_("Already pulling {model} (x cancels it).").format(model=self._pulling),
+                        severity="warning")
             return
         self.pull(model)
 
@@ -555,11 +569,12 @@ class OllamaScreen(BaseScreen):
                 self._fail(inst, exc)
                 return
             if not fit.ok and not await self._confirm(
-                    f"{escape(fit.message)}\n\nPull [b]{escape(model)}[/b] anyway?", "Pull"):
+                    f"{escape(str(shown(fit.message)))}\n\n"
+                    + _("Pull [b]{model}[/b] anyway?").format(model=escape(model)), _("Pull")):
                 return
             bar.update(total=None, progress=0)
             bar.display = True
-            self._say(f"Pulling {escape(model)}…")
+            self._say(_("Pulling {model}…").format(model=escape(model)))
 
             def progress(p: PullProgress) -> None:
                 if self._inst is not inst:  # another instance is on screen now
@@ -567,7 +582,8 @@ class OllamaScreen(BaseScreen):
                 if p.total:
                     bar.update(total=p.total, progress=p.completed)
                 self._say(f"{escape(model)}: {escape(p.status)}"
-                          + (f" · {fmt_bytes(p.completed)} of {fmt_bytes(p.total)}"
+                          + (_(" · {done} of {total}").format(done=fmt_bytes(p.completed),
+                                                              total=fmt_bytes(p.total))
                              if p.total else ""))
 
             try:
@@ -575,11 +591,13 @@ class OllamaScreen(BaseScreen):
             except Exception as exc:
                 self._fail(inst, exc)
                 return
-            self._say(f"Pulled {escape(model)} ({fmt_bytes(done.total)}).")
+            self._say(_("Pulled {model} ({size}).").format(model=escape(model),
+                                                          size=fmt_bytes(done.total)))
             self.query_one("#model", Input).value = ""
             self.refresh_all()
         except BaseException:
-            self._say(f"Pull of {escape(model)} cancelled (a new pull resumes it).")
+            self._say(_("Pull of {model} cancelled (a new pull resumes it).").format(
+                model=escape(model)))
             raise
         finally:
             self._pulling = None
@@ -589,7 +607,7 @@ class OllamaScreen(BaseScreen):
     def action_load(self) -> None:
         model = self._row_key("#installed")
         if model is None:
-            self.notify("No installed model under the cursor.", severity="warning")
+            self.notify(_("No installed model under the cursor."), severity="warning")
             return
         if self._ready() is not None:
             self.load(model)
@@ -599,19 +617,21 @@ class OllamaScreen(BaseScreen):
         inst = self._inst
         if inst is None:
             return
-        self._busy = f"loading {model}"
-        self._say(f"Checking that {escape(model)} fits, then loading it…")
+        self._busy = _("loading {model}").format(model=model)
+        self._say(_("Checking that {model} fits, then loading it…").format(model=escape(model)))
         try:
             try:
                 result = await self._svc.load(inst, model)
             except FitRefused as refused:
-                self._say(f"[b yellow]Would not fit:[/] {escape(refused.fit.message)}")
+                fit_text = escape(str(shown(refused.fit.message)))
+                self._say("[b yellow]" + _("Would not fit:") + f"[/] {fit_text}")
                 self._busy = None
                 if not await self._confirm(
-                        f"{escape(refused.fit.message)}\n\nLoad [b]{escape(model)}[/b] anyway?",
-                        "Load anyway"):
+                        f"{fit_text}\n\n"
+                        + _("Load [b]{model}[/b] anyway?").format(model=escape(model)),
+                        _("Load anyway")):
                     return
-                self._busy = f"loading {model}"
+                self._busy = _("loading {model}").format(model=model)
                 result = await self._svc.load(inst, model, force=True)
         except Exception as exc:
             self._fail(inst, exc)
@@ -620,15 +640,17 @@ class OllamaScreen(BaseScreen):
             self._busy = None
         report = result.placement
         style = placement_style(report.ok, report.unverified)
-        self._say(f"Loaded {escape(model)}. [{style}]{escape(report.message)}[/]")
+        placed = str(shown(report.message))
+        self._say(_("Loaded {model}. {placement}").format(
+            model=escape(model), placement=f"[{style}]{escape(placed)}[/]"))
         if not report.ok:
-            self.notify(report.message, severity="warning", timeout=10)
+            self.notify(placed, severity="warning", timeout=10)
         self.refresh_all()
 
     def action_unload(self) -> None:
         model = self._row_key("#running")
         if model is None:
-            self.notify("No running model under the cursor.", severity="warning")
+            self.notify(_("No running model under the cursor."), severity="warning")
             return
         if self._ready() is not None:
             self.unload(model)
@@ -638,7 +660,7 @@ class OllamaScreen(BaseScreen):
         inst = self._inst
         if inst is None:
             return
-        self._busy = f"unloading {model}"
+        self._busy = _("unloading {model}").format(model=model)
         try:
             await self._svc.unload(inst, model)
         except Exception as exc:
@@ -646,13 +668,13 @@ class OllamaScreen(BaseScreen):
             return
         finally:
             self._busy = None
-        self._say(f"Unloaded {escape(model)}.")
+        self._say(_("Unloaded {model}.").format(model=escape(model)))
         self.refresh_all()
 
     def action_delete(self) -> None:
         model = self._row_key("#installed")
         if model is None:
-            self.notify("No installed model under the cursor.", severity="warning")
+            self.notify(_("No installed model under the cursor."), severity="warning")
             return
         if self._ready() is not None:
             self.delete(model)
@@ -667,10 +689,11 @@ class OllamaScreen(BaseScreen):
         if model in {k.value for k in with_size.rows}:
             size = f" ({with_size.get_cell(model, 'size')})"
         if not await self._confirm(
-                f"Delete [b]{escape(model)}[/b]{size} from [b]{escape(inst.name)}[/b]?\n\n"
-                "Pulling it again downloads it again.", "Delete", "Keep it"):
+                _("Delete [b]{model}[/b]{size} from [b]{name}[/b]?").format(
+                    model=escape(model), size=size, name=escape(inst.name))
+                + "\n\n" + _("Pulling it again downloads it again."), _("Delete"), _("Keep it")):
             return
-        self._busy = f"deleting {model}"
+        self._busy = _("deleting {model}").format(model=model)
         try:
             await self._svc.delete(inst, model)
         except Exception as exc:
@@ -678,7 +701,7 @@ class OllamaScreen(BaseScreen):
             return
         finally:
             self._busy = None
-        self._say(f"Deleted {escape(model)}.")
+        self._say(_("Deleted {model}.").format(model=escape(model)))
         self.refresh_all()
 
     def action_verify(self) -> None:
@@ -696,7 +719,7 @@ class OllamaScreen(BaseScreen):
             self._fail(inst, exc)
             return
         style = placement_style(report.ok, report.unverified)
-        self._say(f"[{style}]{escape(report.message)}[/]")
+        self._say(f"[{style}]{escape(str(shown(report.message)))}[/]")
 
     # -- for tests and the palette -------------------------------------------------------------
     @property

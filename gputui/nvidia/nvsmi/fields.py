@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from gputui.i18n import _
+
 # --------------------------------------------------------------------------------------------
 # Field names
 # --------------------------------------------------------------------------------------------
@@ -144,7 +146,7 @@ def canonical_field(name: str, kind: str = "gpu") -> str:
 def _fields_arg(fields: Sequence[str]) -> str:
     for field in fields:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", field):
-            raise ValueError(f"not an nvidia-smi query field: {field!r}")
+            raise ValueError(_("not an nvidia-smi query field: {field}").format(field=repr(field)))
     return ",".join(fields)
 
 
@@ -167,7 +169,7 @@ def query_gpu_command(
     command = f"nvidia-smi --query-gpu={_fields_arg(fields)} --format={fmt}"
     if interval_ms is not None:
         if int(interval_ms) < 1:
-            raise ValueError("interval_ms must be at least 1")
+            raise ValueError(_("interval_ms must be at least 1"))
         command += f" -lms {int(interval_ms)}"
     return command
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from gputui.i18n import shown
 from gputui.services.errors import ServiceError
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class FitRefused(OllamaServiceError):
     """A load that would not fit the selected GPUs (ask again with force=True to try anyway)."""
 
     def __init__(self, fit: FitCheck) -> None:
-        super().__init__(fit.message)
+        super().__init__(str(shown(fit.message)))  # for a person: in the interface language
         self.fit = fit
 
 

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from gputui.i18n import N_
+from gputui.i18n import Deferred as D
 from gputui.remote.ollama_client import (
     InstalledModel,
     ModelInfo,
@@ -65,7 +67,7 @@ def _human(n: float) -> str:
 
 def _catalog_tag(catalog_name: str) -> str:
     """'Qwen2.5-7B' -> 'qwen2.5:7b'; 'Llama-3.1-70B' -> 'llama3.1:70b'."""
-    base, _, size = catalog_name.lower().rpartition("-")
+    base, _sep, size = catalog_name.lower().rpartition("-")
     return f"{base.replace('llama-', 'llama')}:{size}"
 
 
@@ -111,7 +113,7 @@ FitVerdict = Literal["loaded", "fits", "spread", "spill", "unknown"]
 class FitCheck:
     model: str
     verdict: FitVerdict
-    message: str
+    message: str  # a Deferred: English (JSON), shown in the interface language with `shown`
     estimate: ModelEstimate | None = None
     selected: tuple[int, ...] = ()
     gpu: int | None = None  # where it goes when it fits on one
@@ -162,26 +164,31 @@ def check_fit(
     """Will `est` fit the `selected` GPUs' free memory (as Ollama would place it)?"""
     chosen = [g for g in gpus if g.index in selected]
     free = sum(g.free_bytes for g in chosen)
+    where: D | str
     if len(chosen) == 1:
-        where = f"GPU {chosen[0].index} ({chosen[0].short_name})"
+        where = D(N_("GPU {index} ({name})"), index=chosen[0].index, name=chosen[0].short_name)
+    elif chosen:
+        where = D(N_("GPUs {ids}"), ids=",".join(str(g.index) for g in chosen))
     else:
-        where = "GPUs " + ",".join(str(g.index) for g in chosen)
+        where = D(N_("the selected GPUs (none visible)"))
     if loaded:
-        return FitCheck(est.model, "loaded", f"{est.model} is loaded already", est,
-                        tuple(selected), free_bytes=free)
+        return FitCheck(est.model, "loaded", D(N_("{model} is loaded already"), model=est.model),
+                        est, tuple(selected), free_bytes=free)
     if est.weights is None:
         return FitCheck(est.model, "unknown",
-                        f"{est.model}: size unknown until it is pulled; no fit check", est,
-                        tuple(selected), free_bytes=free)
-    need = (f"{est.model} needs about {_gb(est.one_gpu)} ({_gb(est.weights)} weights + "
-            f"{_gb(est.kv)} KV cache at {est.context:,} tokens + runtime)")
+                        D(N_("{model}: size unknown until it is pulled; no fit check"),
+                          model=est.model), est, tuple(selected), free_bytes=free)
+    need = D(N_("{model} needs about {need} ({weights} weights + {kv} KV cache at {context} "
+                "tokens + runtime)"), model=est.model, need=_gb(est.one_gpu),
+             weights=_gb(est.weights), kv=_gb(est.kv), context=f"{est.context:,}")
     placed = _fits(est, chosen)
     if placed is not None:
         verdict, gpu = placed
         if verdict == "fits":
-            msg = f"{need}: fits on GPU {gpu}"
+            msg = D(N_("{need}: fits on GPU {index}"), need=need, index=gpu)
         else:
-            msg = f"{need}: fits spread over GPUs {', '.join(str(g.index) for g in chosen)}"
+            msg = D(N_("{need}: fits spread over GPUs {ids}"), need=need,
+                    ids=", ".join(str(g.index) for g in chosen))
         return FitCheck(est.model, verdict, msg, est, tuple(selected), gpu=gpu,  # type: ignore[arg-type]
                         free_bytes=free)
     would = [c.model for c in sorted(candidates, key=lambda c: -(c.weights or 0))
@@ -190,14 +197,15 @@ def check_fit(
     others = [g for g in gpus if g.index not in selected]
     if others and _fits(est, gpus) is not None:
         better = tuple(g.index for g in gpus)
-    parts = [f"{need}, more than the {_gb(free)} free on "
-             f"{where if chosen else 'the selected GPUs (none visible)'}; Ollama would put "
-             "the rest on the CPU (very slow) or refuse"]
+    message = D(N_("{need}, more than the {free} free on {where}; Ollama would put the rest on "
+                   "the CPU (very slow) or refuse"), need=need, free=_gb(free), where=where)
     if would:
-        parts.append(f"would fit: {', '.join(would[:4])}")
+        message = D(N_("{message}; would fit: {models}"), message=message,
+                    models=", ".join(would[:4]))
     if better is not None:
-        parts.append(f"or select GPUs {','.join(str(i) for i in better)}")
-    return FitCheck(est.model, "spill", "; ".join(parts), est, tuple(selected),
+        message = D(N_("{message}; or select GPUs {ids}"), message=message,
+                    ids=",".join(str(i) for i in better))
+    return FitCheck(est.model, "spill", message, est, tuple(selected),
                     free_bytes=free, would_fit=tuple(would[:4]), better_selection=better)
 
 

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gputui.i18n import N_, _
+from gputui.i18n import Deferred as D
 from gputui.services.ollama.common import (
     MIB,
     OllamaServiceError,
@@ -102,8 +104,9 @@ def cuda_visible_value(gpus: Sequence[GpuInfo], indices: Sequence[int]) -> str:
     for index in indices:
         gpu = by_index.get(index)
         if gpu is None:
-            known = ", ".join(str(i) for i in sorted(by_index)) or "none"
-            raise OllamaServiceError(f"no GPU {index} on this instance (GPUs: {known})")
+            known = ", ".join(str(i) for i in sorted(by_index)) or _("none")
+            raise OllamaServiceError(_("no GPU {index} on this instance (GPUs: {known})").format(
+                index=index, known=known))
         out.append(gpu.uuid or str(index))
     return ",".join(out)
 
@@ -116,16 +119,19 @@ def parse_gpu_selection(text: str) -> list[int] | None:
     out: list[int] = []
     for part in text.replace(" ", "").split(","):
         if not part.isdigit():
-            raise OllamaServiceError(f"not a GPU index: {part!r} (give e.g. 0,1 or all)")
+            raise OllamaServiceError(_("not a GPU index: {value} (give e.g. 0,1 or all)").format(
+                value=repr(part)))
         if int(part) not in out:
             out.append(int(part))
     return out
 
 
-def gpu_words(indices: Sequence[int]) -> str:
-    """'GPU 0', 'GPUs 0,1', 'no GPU'."""
+def gpu_words(indices: Sequence[int]) -> D:
+    """'GPU 0', 'GPUs 0,1', 'no GPU' (a Deferred: shown in the interface language with
+    `shown`)."""
     if not indices:
-        return "no GPU"
-    return ("GPU " if len(indices) == 1 else "GPUs ") + ",".join(map(str, indices))
+        return D(N_("no GPU"))
+    ids = ",".join(map(str, indices))
+    return D(N_("GPU {ids}"), ids=ids) if len(indices) == 1 else D(N_("GPUs {ids}"), ids=ids)
 
 

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gputui.i18n import N_, _
+from gputui.i18n import Deferred as D
 from gputui.models import Instance
 from gputui.remote.ollama_client import (
     InstalledModel,
@@ -209,26 +211,41 @@ def placement_report(
     outside = tuple(sorted(i for i, mib in per_gpu.items() if mib > 0 and i not in selected))
     on_cpu = tuple(m.name for m in running if m.size_vram < m.size)
     names = {g.index: g.short_name for g in gpus}
-    held = ", ".join(f"{mib / 1024:,.1f} GiB on GPU {i} ({names.get(i, '?')})"
-                     for i, mib in sorted(per_gpu.items())) or "no GPU memory"
-    sel = ",".join(str(i) for i in selected) or "none"
+    held: D | None = None
+    for i, mib in sorted(per_gpu.items()):
+        item = D(N_("{size} GiB on GPU {index} ({name})"), size=f"{mib / 1024:,.1f}", index=i,
+                 name=names.get(i, "?"))
+        held = item if held is None else D(N_("{first}, {second}"), first=held, second=item)
+    if held is None:
+        held = D(N_("no GPU memory"))
+    sel = ",".join(str(i) for i in selected) or D(N_("none"))
     in_vram = sum(m.size_vram for m in running)
     unverified = in_vram > 0 and not per_gpu
+    # English (JSON keeps it); shown in the interface language with `gputui.i18n.shown`
+    msg: D
     if outside:
-        msg = (f"MISMATCH: Ollama holds {held}; GPU {','.join(map(str, outside))} "
-               f"is not selected (selected: {sel})")
+        msg = D(N_("MISMATCH: Ollama holds {held}; GPU {ids} is not selected (selected: "
+                   "{selected})"), held=held, ids=",".join(map(str, outside)), selected=sel)
     elif on_cpu:
-        msg = f"Ollama holds {held}; partly on the CPU: {', '.join(on_cpu)} (selected: {sel})"
+        msg = D(N_("Ollama holds {held}; partly on the CPU: {models} (selected: {selected})"),
+                held=held, models=", ".join(on_cpu), selected=sel)
     elif unverified:
-        msg = (f"Ollama reports {_gb(in_vram)} in GPU memory, but nvidia-smi lists no Ollama "
-               "process (in a container it often cannot see processes): placement not verified")
+        msg = D(N_("Ollama reports {size} in GPU memory, but nvidia-smi lists no Ollama process "
+                   "(in a container it often cannot see processes): placement not verified"),
+                size=_gb(in_vram))
     else:
-        msg = f"Ollama holds {held}: as selected (GPUs {sel})"
+        msg = D(N_("Ollama holds {held}: as selected (GPUs {selected})"), held=held,
+                selected=sel)
     return PlacementReport(tuple(selected), per_gpu, tuple(running), outside, on_cpu, msg,
                            unverified)
 
 
 # --------------------------------------------------------------------------- the service
+
+
+def _not_installed(inst: Instance) -> str:
+    return _("{name}: Ollama is not installed (install it with: {command})").format(
+        name=inst.name, command=INSTALL_COMMAND)
 
 
 ProgressCallback = Callable[[PullProgress], None]
@@ -258,7 +275,8 @@ class OllamaService:
             local = await link.forward_local(status.port, status.forward_host)
         except (SSHLayerError, OSError) as exc:
             raise OllamaServiceError(
-                f"{inst.name}: cannot forward to Ollama's port {status.port}: {exc}") from None
+                _("{name}: cannot forward to Ollama's port {port}: {error}").format(
+                    name=inst.name, port=status.port, error=exc)) from None
         remote = (status.forward_host, status.port)
         cached = self._clients.get(inst.id)
         if cached is not None and cached[0] is link and cached[1] == remote and cached[2] == local:
@@ -285,7 +303,8 @@ class OllamaService:
             await cached[3].aclose()
 
     def _error(self, inst: Instance, exc: OllamaError) -> OllamaServiceError:
-        return OllamaServiceError(f"{inst.name}: ollama: {exc.message}")
+        return OllamaServiceError(_("{name}: ollama: {message}").format(name=inst.name,
+                                                                         message=exc.message))
 
     # -- status --------------------------------------------------------------------------------
     async def probe(self, inst: Instance) -> ServerProbe:
@@ -296,7 +315,8 @@ class OllamaService:
         result = await self._sh(inst, gpu_query_command(), timeout=30)
         if result.exit_status != 0:
             why = (result.stderr or result.stdout).strip().splitlines()
-            raise OllamaServiceError(f"{inst.name}: nvidia-smi failed: {why[-1] if why else ''}")
+            raise OllamaServiceError(_("{name}: nvidia-smi failed: {why}").format(
+                name=inst.name, why=why[-1] if why else ""))
         return parse_gpu_rows(result.stdout)
 
     async def status(
@@ -307,13 +327,13 @@ class OllamaService:
         script = probe_script(client_version=client_version)
         result = await self._sh(
             inst, f"{script}echo {marker}\n{gpu_query_command()} 2>&1", timeout=30)
-        head, _, tail = result.stdout.partition(marker)
+        head, _sep, tail = result.stdout.partition(marker)
         probe = parse_probe(head)
         gpus = parse_gpu_rows(tail)
         gpu_error = None
         if not gpus:
             lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
-            gpu_error = _clean(lines[-1]) if lines else "nvidia-smi printed no GPU"
+            gpu_error = _clean(lines[-1]) if lines else D(N_("nvidia-smi printed no GPU"))
         status = OllamaStatus(inst.name, probe, tuple(gpus), gpu_error=gpu_error)
         if not check_http or not probe.running:
             return status
@@ -332,19 +352,20 @@ class OllamaService:
             OllamaStatus, OllamaClient]:
         st = status or await self.status(inst)
         if not st.installed:
-            raise OllamaServiceError(
-                f"{inst.name}: Ollama is not installed (install it with: {INSTALL_COMMAND})")
+            raise OllamaServiceError(_not_installed(inst))
         if not st.running:
-            raise OllamaServiceError(f"{inst.name}: the Ollama server is not running")
+            raise OllamaServiceError(_("{name}: the Ollama server is not running").format(
+                name=inst.name))
         if not st.reachable:
             raise OllamaServiceError(
-                f"{inst.name}: the Ollama server does not answer on port {st.port}: {st.error}")
+                _("{name}: the Ollama server does not answer on port {port}: {error}").format(
+                    name=inst.name, port=st.port, error=st.error))
         return st, await self._client(inst, st)
 
     # -- models --------------------------------------------------------------------------------
     async def models(self, inst: Instance, *, status: OllamaStatus | None = None) -> list[
             InstalledModel]:
-        _, client = await self._ready(inst, status)
+        _st, client = await self._ready(inst, status)
         try:
             return await client.tags()
         except OllamaError as exc:
@@ -352,14 +373,14 @@ class OllamaService:
 
     async def running(self, inst: Instance, *, status: OllamaStatus | None = None) -> list[
             RunningModel]:
-        _, client = await self._ready(inst, status)
+        _st, client = await self._ready(inst, status)
         try:
             return await client.ps()
         except OllamaError as exc:
             raise self._error(inst, exc) from None
 
     async def show(self, inst: Instance, model: str) -> ModelInfo:
-        _, client = await self._ready(inst)
+        _st, client = await self._ready(inst)
         try:
             return await client.show(model)
         except OllamaError as exc:
@@ -375,7 +396,7 @@ class OllamaService:
     ) -> PullProgress:
         """Pull with progress summed over layers. Cancel the task to cancel the pull (the
         connection is closed; a later pull resumes where this one stopped)."""
-        _, client = await self._ready(inst, status)
+        _st, client = await self._ready(inst, status)
         progress = PullProgress(model)
         try:
             async with contextlib.aclosing(client.pull(model)) as events:
@@ -386,15 +407,17 @@ class OllamaService:
         except OllamaError as exc:
             raise self._error(inst, exc) from None
         if not progress.done:
-            raise OllamaServiceError(f"{inst.name}: pull of {model} ended before it succeeded")
+            raise OllamaServiceError(_("{name}: pull of {model} ended before it succeeded")
+                                     .format(name=inst.name, model=model))
         return progress
 
     async def delete(self, inst: Instance, model: str) -> None:
-        _, client = await self._ready(inst)
+        _st, client = await self._ready(inst)
         try:
             await client.delete(model)
         except OllamaNotFound:
-            raise OllamaServiceError(f"{inst.name}: no model {model!r} is installed") from None
+            raise OllamaServiceError(_("{name}: no model {model} is installed").format(
+                name=inst.name, model=repr(model))) from None
         except OllamaError as exc:
             raise self._error(inst, exc) from None
 
@@ -449,18 +472,20 @@ class OllamaService:
             await client.load(model, keep_alive=keep_alive)
         except OllamaNotFound:
             raise OllamaServiceError(
-                f"{inst.name}: {model} is not installed (pull it first)") from None
+                _("{name}: {model} is not installed (pull it first)").format(
+                    name=inst.name, model=model)) from None
         except OllamaError as exc:
             raise self._error(inst, exc) from None
         placement = await self.verify_placement(inst, status=st)
         return LoadResult(model, fit, placement)
 
     async def unload(self, inst: Instance, model: str) -> None:
-        _, client = await self._ready(inst)
+        _st, client = await self._ready(inst)
         try:
             await client.unload(model)
         except OllamaNotFound:
-            raise OllamaServiceError(f"{inst.name}: no model {model!r} is installed") from None
+            raise OllamaServiceError(_("{name}: no model {model} is installed").format(
+                name=inst.name, model=repr(model))) from None
         except OllamaError as exc:
             raise self._error(inst, exc) from None
 
@@ -484,8 +509,10 @@ class OllamaService:
             if result.exit_status != 0:
                 why = (result.stderr or result.stdout).strip().splitlines()
                 raise OllamaServiceError(
-                    f"{inst.name}: {what} failed at `{cmd.splitlines()[0][:60]}`: "
-                    f"{why[-1] if why else f'exit status {result.exit_status}'}")
+                    _("{name}: {what} failed at `{command}`: {why}").format(
+                        name=inst.name, what=_(what), command=cmd.splitlines()[0][:60],
+                        why=why[-1] if why else _("exit status {status}").format(
+                            status=result.exit_status)))
 
     async def apply_gpus(
         self, inst: Instance, indices: Sequence[int] | None, *, wait_s: float = 30.0
@@ -494,16 +521,15 @@ class OllamaService:
         This unloads the running models (see `restart_warning`)."""
         st = await self.status(inst, check_http=False)
         if not st.installed:
-            raise OllamaServiceError(
-                f"{inst.name}: Ollama is not installed (install it with: {INSTALL_COMMAND})")
+            raise OllamaServiceError(_not_installed(inst))
         if indices is not None and not indices:
-            raise OllamaServiceError("select at least one GPU (or all)")
+            raise OllamaServiceError(_("select at least one GPU (or all)"))
         value = None if indices is None else cuda_visible_value(st.gpus, indices)
         sudo = st.probe.uid not in (None, 0)
         if st.managed_by == "systemd":
             dropin = None if value is None else systemd_dropin({"CUDA_VISIBLE_DEVICES": value})
             await self._run_all(inst, systemd_apply_commands(dropin, sudo=sudo),
-                                "restarting ollama.service")
+                                N_("restarting ollama.service"))
         else:
             env: dict[str, str | None] = {
                 k: v for k, v in st.env.items()
@@ -512,30 +538,30 @@ class OllamaService:
             env["CUDA_VISIBLE_DEVICES"] = value
             if st.pid is not None:
                 await self._run_all(inst, [stop_process_command(st.pid, sudo=sudo)],
-                                    "stopping ollama")
+                                    N_("stopping ollama"))
             await self._run_all(inst, [nohup_start_command(st.probe.binary or "ollama", env)],
-                                "starting ollama")
+                                N_("starting ollama"))
         await self._forget_client(inst)
         new = await self.wait_ready(inst, wait_s=wait_s)
         if new.visible_devices != value:
             raise OllamaServiceError(
-                f"{inst.name}: Ollama restarted with CUDA_VISIBLE_DEVICES="
-                f"{new.visible_devices!r}, not {value!r} (another setting overrides ours?)")
+                _("{name}: Ollama restarted with CUDA_VISIBLE_DEVICES={got}, not {wanted} "
+                  "(another setting overrides ours?)").format(
+                    name=inst.name, got=repr(new.visible_devices), wanted=repr(value)))
         return new
 
     async def start(self, inst: Instance, *, wait_s: float = 30.0) -> OllamaStatus:
         st = await self.status(inst, check_http=False, client_version=False)
         if not st.installed:
-            raise OllamaServiceError(
-                f"{inst.name}: Ollama is not installed (install it with: {INSTALL_COMMAND})")
+            raise OllamaServiceError(_not_installed(inst))
         if st.running:
             return await self.wait_ready(inst, wait_s=wait_s)
         sudo = st.probe.uid not in (None, 0)
         if st.managed_by == "systemd":
-            await self._run_all(inst, systemd_start_commands(sudo=sudo), "starting ollama")
+            await self._run_all(inst, systemd_start_commands(sudo=sudo), N_("starting ollama"))
         else:
             await self._run_all(inst, [nohup_start_command(st.probe.binary or "ollama", {})],
-                                "starting ollama")
+                                N_("starting ollama"))
         return await self.wait_ready(inst, wait_s=wait_s)
 
     async def stop(self, inst: Instance) -> None:
@@ -543,10 +569,10 @@ class OllamaService:
         sudo = st.probe.uid not in (None, 0)
         if st.managed_by == "systemd" and st.running:
             s = "sudo -n " if sudo else ""
-            await self._run_all(inst, [f"{s}systemctl stop {UNIT}"], "stopping ollama")
+            await self._run_all(inst, [f"{s}systemctl stop {UNIT}"], N_("stopping ollama"))
         elif st.pid is not None:
             await self._run_all(inst, [stop_process_command(st.pid, sudo=sudo)],
-                                "stopping ollama")
+                                N_("stopping ollama"))
         await self._forget_client(inst)
 
     async def wait_ready(self, inst: Instance, *, wait_s: float = 30.0) -> OllamaStatus:
@@ -567,16 +593,17 @@ class OllamaService:
             tail = " ".join(result.stdout.split())[-200:]
         why = (last.error if last is not None else None) or "no server process"
         raise OllamaServiceError(
-            f"{inst.name}: Ollama did not come up within {wait_s:g} s ({why})"
-            + (f"; log: {tail}" if tail else ""))
+            _("{name}: Ollama did not come up within {seconds} s ({why})").format(
+                name=inst.name, seconds=f"{wait_s:g}", why=why)
+            + (_("; log: {tail}").format(tail=tail) if tail else ""))
 
     async def install(self, inst: Instance) -> str:
         """Run the official install script (minutes). Returns the last lines of its output."""
         result = await self._sh(inst, INSTALL_COMMAND, timeout=900)
         out = (result.stdout + result.stderr).strip().splitlines()
         if result.exit_status != 0:
-            raise OllamaServiceError(
-                f"{inst.name}: the install failed: {out[-1] if out else result.exit_status}")
+            raise OllamaServiceError(_("{name}: the install failed: {why}").format(
+                name=inst.name, why=out[-1] if out else result.exit_status))
         return "\n".join(out[-5:])
 
 

@@ -6,6 +6,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from gputui.i18n import N_, _
+from gputui.i18n import Deferred as D
 from gputui.remote.ollama_client import (
     RunningModel,
 )
@@ -26,11 +28,17 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- restarting
 
 
+# systemd's own syntax in the unit file, not text for people
+_DIRECTIVE = 'Environment="{name}={value}"'
+
+
 def _check_env_value(name: str, value: str) -> None:
     if not _ENV_NAME.match(name):
-        raise OllamaServiceError(f"not an environment variable name: {name!r}")
+        raise OllamaServiceError(_("not an environment variable name: {name}").format(
+            name=repr(name)))
     if any(c in value for c in "\"\\\n\r") or "$" in value:
-        raise OllamaServiceError(f"{name}: value {value!r} has characters systemd would mangle")
+        raise OllamaServiceError(_("{name}: value {value} has characters systemd would mangle")
+                                 .format(name=name, value=repr(value)))
 
 
 def systemd_dropin(env: Mapping[str, str]) -> str:
@@ -43,7 +51,7 @@ def systemd_dropin(env: Mapping[str, str]) -> str:
     ]
     for name, value in env.items():
         _check_env_value(name, value)
-        lines.append(f'Environment="{name}={value}"')
+        lines.append(_DIRECTIVE.format(name=name, value=value))
     return "\n".join(lines) + "\n"
 
 
@@ -88,7 +96,8 @@ def nohup_start_command(binary: str, env: Mapping[str, str | None]) -> str:
     parts = ["nohup", "env"]
     for name, value in env.items():
         if not _ENV_NAME.match(name):
-            raise OllamaServiceError(f"not an environment variable name: {name!r}")
+            raise OllamaServiceError(_("not an environment variable name: {name}").format(
+                name=repr(name)))
         if value is None:
             parts += ["-u", name]
     for name, value in env.items():
@@ -102,10 +111,12 @@ def nohup_start_command(binary: str, env: Mapping[str, str | None]) -> str:
     )
 
 
-def restart_warning(running: Sequence[RunningModel]) -> str:
+def restart_warning(running: Sequence[RunningModel]) -> D:
+    """What a restart loses (a Deferred: shown in the interface language with `shown`)."""
     if not running:
-        return "Restarting Ollama: no model is loaded, nothing is lost."
+        return D(N_("Restarting Ollama: no model is loaded, nothing is lost."))
     names = ", ".join(m.name for m in running)
-    return f"Restarting Ollama unloads the running models ({names}); load them again afterwards."
+    return D(N_("Restarting Ollama unloads the running models ({names}); load them again "
+                "afterwards."), names=names)
 
 

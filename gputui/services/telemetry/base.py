@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from gputui.i18n import N_
 from gputui.nvidia.diagnose import Diagnosis
 from gputui.nvidia.nvsmi import (
     sanitize,
@@ -47,11 +48,17 @@ def step_interval(current: float, direction: int) -> float:
 
 
 def diagnosis_text(diag: Diagnosis) -> str:
-    """The one-line form of a diagnosis (what the store keeps, what commands print)."""
+    """The one-line form of a diagnosis (what the store keeps, what commands print with
+    --json): English; `Diagnosis.line()` is the same in the interface language."""
     text = f"{diag.problem} Fix: {diag.fix}"
     if diag.detail:
         text += f" (said: {diag.detail})"
     return text
+
+
+# The problem and fix of each diagnosis below are constant text (so that `Diagnosis.problem_text`
+# can show them in the interface language); what the SSH layer or the exception said goes in
+# `detail`, shown after them as it was said.
 
 
 def ssh_diagnosis(exc: BaseException) -> Diagnosis:
@@ -67,45 +74,49 @@ def ssh_diagnosis(exc: BaseException) -> Diagnosis:
     if isinstance(exc, AuthRefused):
         return Diagnosis(
             code="ssh-auth",
-            problem=f"The instance refused the login: {message}.",
-            fix="Check the SSH key or password for this instance (re-add it with "
-            "`gputui add-ssh` if the platform changed it).",
+            problem=N_("The instance refused the login."),
+            fix=N_("Check the SSH key or password for this instance (re-add it with "
+                   "`gputui add-ssh` if the platform changed it)."),
+            detail=message,
         )
     if isinstance(exc, HostKeyChanged | UnknownHostKey):
         return Diagnosis(
             code="ssh-host-key",
-            problem=f"The instance's host key cannot be trusted: {message}.",
-            fix="If the machine was re-imaged, remove its old key and accept the new one "
-            "(`gputui ssh NAME --accept-new-host-key`); otherwise do not connect.",
+            problem=N_("The instance's host key cannot be trusted."),
+            fix=N_("If the machine was re-imaged, remove its old key and accept the new one "
+                   "(`gputui ssh NAME --accept-new-host-key`); otherwise do not connect."),
+            detail=message,
         )
     if isinstance(exc, LinkUnreachable):
         return Diagnosis(
             code="ssh-unreachable",
-            problem=f"The instance cannot be reached: {message}.",
-            fix="Check that it is running (`gputui instances`) and that its SSH port is "
-            "open; the monitor keeps retrying.",
+            problem=N_("The instance cannot be reached."),
+            fix=N_("Check that it is running (`gputui instances`) and that its SSH port is "
+                   "open; the monitor keeps retrying."),
+            detail=message,
         )
     return Diagnosis(
         code="ssh-error",
-        problem=f"SSH to the instance failed: {message}.",
-        fix="The monitor keeps retrying; check the instance is running and reachable.",
+        problem=N_("SSH to the instance failed."),
+        fix=N_("The monitor keeps retrying; check the instance is running and reachable."),
+        detail=message,
     )
 
 
 def _internal_diagnosis(exc: BaseException) -> Diagnosis:
     return Diagnosis(
         code="internal",
-        problem=f"Telemetry failed: {type(exc).__name__}: {sanitize(str(exc), 200)}.",
-        fix="The monitor keeps retrying. If this persists, report it with ~/.local/state "
-        "gputui error.log.",
+        problem=N_("Telemetry failed."),
+        fix=N_("The monitor keeps retrying. If this persists, report it with ~/.local/state "
+               "gputui error.log."),
+        detail=f"{type(exc).__name__}: {sanitize(str(exc), 200)}",
     )
 
 
 def _service_diagnosis(message: str) -> Diagnosis:
+    """`message`: a service's error, already in the interface language."""
     return Diagnosis(
         code="unavailable",
-        problem=sanitize(message, 300) + ".",
-        fix="Check the instance in Home (is it running?); the monitor keeps retrying.",
+        problem=sanitize(message, 300).rstrip(".") + ".",
+        fix=N_("Check the instance in Home (is it running?); the monitor keeps retrying."),
     )
-
-

@@ -1,4 +1,7 @@
-"""Telemetry hints: rules over the recent readings that say what the user may want to do."""
+"""Telemetry hints: rules over the recent readings that say what the user may want to do.
+
+A hint's text is a `Deferred`: English as a string, shown in the interface language with
+`gputui.i18n.shown`."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gputui.i18n import N_
+from gputui.i18n import Deferred as D
 from gputui.models import (
     GpuSample,
     Hint,
@@ -116,12 +121,15 @@ def _fmt_mib(mib: float | None) -> str:
     return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
 
 
-def _fmt_span(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+def _fmt_span(seconds: float) -> D:
+    if seconds >= 90:
+        return D(N_("{n} min"), n=f"{seconds / 60:.0f}")
+    return D(N_("{n} s"), n=f"{seconds:.0f}")
 
 
-def _gpus(indices: Sequence[int]) -> str:
-    return ("GPU " if len(indices) == 1 else "GPUs ") + ", ".join(str(i) for i in indices)
+def _gpus(indices: Sequence[int]) -> D:
+    ids = ", ".join(str(i) for i in indices)
+    return D(N_("GPU {ids}"), ids=ids) if len(indices) == 1 else D(N_("GPUs {ids}"), ids=ids)
 
 
 _MODEL_SERVERS = ("ollama", "vllm", "llama-server", "llama_server", "text-generation-launcher",
@@ -160,13 +168,16 @@ def evaluate_hints(
         idle = sorted(i for i, m in means.items() if m <= rules.idle_pct)
         if busy and idle:
             level = ", ".join(f"{means[i]:.0f} %" for i in busy)
-            hints.append(Hint(
-                "imbalance",
-                f"{_gpus(busy)} busy ({level}) while {_gpus(idle)} "
-                f"{'is' if len(idle) == 1 else 'are'} idle: if this job should use every "
-                "GPU, the work is not split across them — check the data-parallel setup "
-                "(torchrun --nproc_per_node, DDP/FSDP, device_map) and CUDA_VISIBLE_DEVICES.",
-            ))
+            template = (
+                N_("{busy} busy ({level}) while {idle} is idle: if this job should use every "
+                   "GPU, the work is not split across them — check the data-parallel setup "
+                   "(torchrun --nproc_per_node, DDP/FSDP, device_map) and CUDA_VISIBLE_DEVICES.")
+                if len(idle) == 1 else
+                N_("{busy} busy ({level}) while {idle} are idle: if this job should use every "
+                   "GPU, the work is not split across them — check the data-parallel setup "
+                   "(torchrun --nproc_per_node, DDP/FSDP, device_map) and CUDA_VISIBLE_DEVICES."))
+            hints.append(Hint("imbalance", D(template, busy=_gpus(busy), level=level,
+                                             idle=_gpus(idle))))
 
     for s in latest:
         i = s.index
@@ -180,13 +191,15 @@ def evaluate_hints(
             mean = trend.holds(now, rules.idle_memory_s)
             if mean is not None and mean <= rules.idle_memory_util_pct:
                 top = max(holders, key=lambda p: p.used_memory_mib or 0)
-                more = f" (and {len(holders) - 1} more)" if len(holders) > 1 else ""
+                more = (D(N_(" (and {n} more)"), n=len(holders) - 1) if len(holders) > 1
+                        else "")
                 hints.append(Hint(
                     "idle-memory",
-                    f"GPU {i}: {_fmt_mib(top.used_memory_mib)} held by PID {top.pid} "
-                    f"({top.name or '?'}){more} but no work for "
-                    f"{_fmt_span(rules.idle_memory_s)} — a finished or hung job still holding "
-                    "memory? Kill it (k) to free the GPU.",
+                    D(N_("GPU {index}: {memory} held by PID {pid} ({name}){more} but no work for "
+                         "{span} — a finished or hung job still holding memory? Kill it (k) to "
+                         "free the GPU."),
+                      index=i, memory=_fmt_mib(top.used_memory_mib), pid=top.pid,
+                      name=top.name or "?", more=more, span=_fmt_span(rules.idle_memory_s)),
                     gpu_index=i,
                 ))
         # Stuck under 50 % for minutes: an input-pipeline bottleneck.
@@ -199,10 +212,12 @@ def evaluate_hints(
                     and (recent is None or recent < rules.busy_pct):
                 hints.append(Hint(
                     "low-util",
-                    f"GPU {i} has stayed under {rules.busy_pct:.0f} % ({mean:.0f} % on average) "
-                    f"for {_fmt_span(rules.low_util_s)}: it is waiting for data — an "
-                    "input-pipeline bottleneck. Check CPU (top) and disk (iostat): more "
-                    "DataLoader workers, pin_memory, faster storage or preprocessing ahead.",
+                    D(N_("GPU {index} has stayed under {line} ({mean} on average) for "
+                         "{span}: it is waiting for data — an input-pipeline bottleneck. Check "
+                         "CPU (top) and disk (iostat): more DataLoader workers, pin_memory, "
+                         "faster storage or preprocessing ahead."),
+                      index=i, line=f"{rules.busy_pct:.0f} %", mean=f"{mean:.0f} %",
+                      span=_fmt_span(rules.low_util_s)),
                     gpu_index=i,
                 ))
         # Memory nearly full.
@@ -211,19 +226,21 @@ def evaluate_hints(
             if ratio >= rules.memory_full_ratio:
                 hints.append(Hint(
                     "memory-full",
-                    f"GPU {i} memory is {ratio * 100:.0f} % full "
-                    f"({_fmt_mib(s.memory_used_mib)} of {_fmt_mib(s.memory_total_mib)}): the "
-                    "next allocation may fail with CUDA out of memory — lower the batch size, "
-                    "use mixed precision or gradient checkpointing, or a bigger card.",
+                    D(N_("GPU {index} memory is {pct} full ({used} of {total}): the next "
+                         "allocation may fail with CUDA out of memory — lower the batch size, "
+                         "use mixed precision or gradient checkpointing, or a bigger card."),
+                      index=i, pct=f"{ratio * 100:.0f} %", used=_fmt_mib(s.memory_used_mib),
+                      total=_fmt_mib(s.memory_total_mib)),
                     gpu_index=i,
                 ))
         # Thermal throttling.
         if s.temperature_c is not None and s.temperature_c >= rules.hot_c:
             hints.append(Hint(
                 "thermal",
-                f"GPU {i} is at {s.temperature_c:.0f} °C: hot enough to throttle its clocks "
-                "(thermal slowdown) — check fans and airflow; on a rented machine, tell the "
-                "provider.",
+                D(N_("GPU {index} is at {temp} °C: hot enough to throttle its clocks (thermal "
+                     "slowdown) — check fans and airflow; on a rented machine, tell the "
+                     "provider."),
+                  index=i, temp=f"{s.temperature_c:.0f}"),
                 gpu_index=i,
             ))
         # Power throttling.
@@ -232,9 +249,10 @@ def evaluate_hints(
             if power_ratio is not None and power_ratio >= rules.power_ratio:
                 hints.append(Hint(
                     "power-cap",
-                    f"GPU {i} is drawing at its power limit ({s.power_draw_w or 0:.0f} of "
-                    f"{s.power_limit_w:.0f} W): its clocks are power-capped. Normal under full "
-                    "load; if the limit is below the card's default, ask the provider.",
+                    D(N_("GPU {index} is drawing at its power limit ({draw} of {limit} W): its "
+                         "clocks are power-capped. Normal under full load; if the limit is below "
+                         "the card's default, ask the provider."),
+                      index=i, draw=f"{s.power_draw_w or 0:.0f}", limit=f"{s.power_limit_w:.0f}"),
                     gpu_index=i,
                     severity="information",
                 ))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from gputui.i18n import N_
+from gputui.i18n import Deferred as D
 from gputui.models import (
     ProcessSample,
 )
@@ -41,7 +43,9 @@ async def read_processes(
     )
     if result.exit_status != 0:
         diag = diagnose_nvidia_smi(result.stdout + "\n" + result.stderr, result.exit_status)
-        return None, diag.problem if diag else f"exit status {result.exit_status}"
+        # Deferred: shown in the interface language (a diagnosis's problem is a message id)
+        return None, (D(diag.problem) if diag
+                      else D(N_("exit status {status}"), status=result.exit_status))
     procs = parse_compute_apps_csv(result.stdout, uuid_to_index=uuid_to_index)
     pids = sorted({p.pid for p in procs if p.pid > 0})
     if pids:

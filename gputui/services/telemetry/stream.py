@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from gputui.i18n import N_
+from gputui.i18n import Deferred as D
 from gputui.models import (
     GpuSample,
     Hint,
@@ -72,7 +74,8 @@ class WatchStatus:
     age_s: float | None  # seconds since the last sample (None: none yet)
     stale: bool
     diagnosis: Diagnosis | None
-    note: str | None  # e.g. "waiting for the first sample", "processes: ..."
+    note: str | None  # e.g. "waiting for the first sample", "processes: ..." (a Deferred:
+    # English, shown in the interface language with `gputui.i18n.shown`)
 
     @property
     def reconnecting(self) -> bool:
@@ -100,7 +103,7 @@ class _Watch:
     inventory_tried: float = 0.0
     need_inventory: bool = True
     diagnosis: Diagnosis | None = None
-    note: str | None = "starting"
+    note: str | None = D(N_("starting"))
     process_note: str | None = None
     last_line_at: float | None = None
     stream_started_at: float | None = None
@@ -403,7 +406,7 @@ class TelemetryService:
         if w is not None:
             note = w.note
             if note is None and w.process_note:
-                note = f"processes: {w.process_note}"
+                note = D(N_("processes: {why}"), why=w.process_note)
         return WatchStatus(
             instance_id=instance_id,
             watching=w is not None,
@@ -501,7 +504,7 @@ class TelemetryService:
                 command = query_gpu_command(int(round(self.stream_interval * 1000)))
                 w.stream_started_at = self._clock()
                 if w.diagnosis is None and self.store.telemetry(w.inst.id).updated is None:
-                    w.note = "waiting for the first sample"
+                    w.note = D(N_("waiting for the first sample"))
                 async with link.stream_lines(command) as lines:
                     async for line in lines:
                         w.last_line_at = self._clock()
@@ -520,7 +523,7 @@ class TelemetryService:
                     diag = diagnose_nvidia_smi("\n".join(unparsed), 1)
                     self._set_diagnosis(w, diag)
                 else:
-                    w.note = "nvidia-smi stopped; restarting"
+                    w.note = D(N_("nvidia-smi stopped; restarting"))
                     self._touch(w.inst.id)
             except asyncio.CancelledError:
                 raise
@@ -632,7 +635,7 @@ class TelemetryService:
         if not last:
             return
         if self._clock() - last > max(5 * self.stream_interval, 15.0):
-            w.note = "no data; restarting nvidia-smi"
+            w.note = D(N_("no data; restarting nvidia-smi"))
             self._restart_stream(w)
 
     # -- local (NVML) -----------------------------------------------------------------------------
@@ -640,7 +643,7 @@ class TelemetryService:
     async def _local_loop(self, w: _Watch) -> None:
         from gputui.nvidia.nvml import NvmlUnavailable, read_local
 
-        w.note = "reading NVML"
+        w.note = D(N_("reading NVML"))
         while True:
             w.wake.clear()
             delay = self.stream_interval
@@ -682,12 +685,14 @@ class TelemetryService:
         try:
             pid = int(pid)
         except (TypeError, ValueError):
-            return KillResult(-1, sig, False, False, f"not a PID: {pid!r}")
+            return KillResult(-1, sig, False, False, D(N_("not a PID: {value}"), value=repr(pid)))
         if pid <= 1:
-            return KillResult(pid, sig, False, False, f"refusing to signal PID {pid}")
+            return KillResult(pid, sig, False, False, D(N_("refusing to signal PID {pid}"),
+                                                        pid=pid))
         listed = {p.pid for p in self.store.telemetry(instance_id).processes}
         if require_listed and pid not in listed:
-            return KillResult(pid, sig, False, False, f"PID {pid} is not a GPU process here")
+            return KillResult(pid, sig, False, False,
+                              D(N_("PID {pid} is not a GPU process here"), pid=pid))
         if instance_id == LOCAL_ID:
             return await self._kill_local(pid, sig, wait_s)
         from gputui.remote.ssh import SSHLayerError
@@ -696,7 +701,8 @@ class TelemetryService:
         w = self._watches.get(instance_id)
         inst = w.inst if w is not None else self.store.get_instance_sync(instance_id)
         if inst is None:
-            return KillResult(pid, sig, False, False, f"no instance {instance_id}")
+            return KillResult(pid, sig, False, False,
+                              D(N_("no instance {name}"), name=instance_id))
         quoted = shlex.quote(str(pid))
         try:
             link = await self.services.link(inst)
@@ -704,7 +710,8 @@ class TelemetryService:
             if sent.exit_status != 0:
                 why = sanitize(" ".join((sent.stderr or sent.stdout).split()), 200)
                 gone = not await self._alive(link, quoted)
-                return KillResult(pid, sig, False, gone, why or f"kill exited {sent.exit_status}")
+                return KillResult(pid, sig, False, gone,
+                                  why or D(N_("kill exited {status}"), status=sent.exit_status))
             loop = asyncio.get_running_loop()
             deadline = loop.time() + wait_s
             alive = True
@@ -719,9 +726,12 @@ class TelemetryService:
             self.refresh_processes(instance_id)
         if alive:
             return KillResult(pid, sig, True, False,
-                              f"PID {pid} is still running after {sig}"
-                              + ("" if force else " — send KILL to force it"))
-        return KillResult(pid, sig, True, True, f"PID {pid} ended ({sig})")
+                              D(N_("PID {pid} is still running after {signal}"), pid=pid,
+                                signal=sig) if force else
+                              D(N_("PID {pid} is still running after {signal} — send KILL to "
+                                   "force it"), pid=pid, signal=sig))
+        return KillResult(pid, sig, True, True, D(N_("PID {pid} ended ({signal})"), pid=pid,
+                                                  signal=sig))
 
     @staticmethod
     async def _alive(link: Any, quoted_pid: str) -> bool:
@@ -736,9 +746,10 @@ class TelemetryService:
         try:
             os.kill(pid, signum)
         except ProcessLookupError:
-            return KillResult(pid, sig, False, True, f"PID {pid} is already gone")
+            return KillResult(pid, sig, False, True, D(N_("PID {pid} is already gone"), pid=pid))
         except PermissionError:
-            return KillResult(pid, sig, False, False, f"not allowed to signal PID {pid}")
+            return KillResult(pid, sig, False, False,
+                              D(N_("not allowed to signal PID {pid}"), pid=pid))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while loop.time() < deadline:
@@ -746,12 +757,14 @@ class TelemetryService:
                 os.kill(pid, 0)
             except ProcessLookupError:
                 self.refresh_processes(LOCAL_ID)
-                return KillResult(pid, sig, True, True, f"PID {pid} ended ({sig})")
+                return KillResult(pid, sig, True, True, D(N_("PID {pid} ended ({signal})"),
+                                                          pid=pid, signal=sig))
             except PermissionError:
                 break
             await asyncio.sleep(0.1)
         self.refresh_processes(LOCAL_ID)
-        return KillResult(pid, sig, True, False, f"PID {pid} is still running after {sig}")
+        return KillResult(pid, sig, True, False,
+                          D(N_("PID {pid} is still running after {signal}"), pid=pid, signal=sig))
 
 
 def session_telemetry(services: Services) -> TelemetryService:

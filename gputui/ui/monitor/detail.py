@@ -11,10 +11,17 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from gputui.format import short_gpu
+from gputui.i18n import _, shown
 from gputui.models import LinkState
 from gputui.services.telemetry import LOCAL_ID
 from gputui.ui.monitor.processes import Processes
-from gputui.ui.monitor.render import fmt_age, gpu_panel_text, state_label
+from gputui.ui.monitor.render import (
+    fmt_age,
+    gpu_panel_text,
+    hint_text,
+    state_label,
+    status_word,
+)
 from gputui.ui.widgets import show
 
 if TYPE_CHECKING:
@@ -63,7 +70,7 @@ class Detail(Vertical):
         inst = m.instance(iid)
         head = self.query_one("#detail-head", Static)
         if inst is None or iid is None:
-            show(head, Text("This instance is no longer running (esc: all instances).",
+            show(head, Text(_("This instance is no longer running (esc: all instances)."),
                              style="dim"))
             return
         st = m.status_of(iid)
@@ -76,22 +83,25 @@ class Detail(Vertical):
         line.append(" · ")
         line.append(state, style=style)
         if st is not None and st.age_s is not None and not st.stale:
-            line.append(f" ({fmt_age(st.age_s)} ago)", style="dim")
+            line.append(_(" ({age} ago)").format(age=fmt_age(st.age_s)), style="dim")
         if inv is not None:  # after the state: a narrow pane cuts this first
-            line.append(f" · driver {inv.driver_version or '?'} · CUDA {inv.cuda_version or '?'}",
-                        style="dim")
+            line.append(_(" · driver {driver} · CUDA {cuda}").format(
+                driver=inv.driver_version or "?", cuda=inv.cuda_version or "?"), style="dim")
         if st is not None and st.link_detail and st.link != LinkState.CONNECTED:
-            line.append(f"\n{st.link.value}: {st.link_detail}", style="yellow")
+            line.append(f"\n{status_word(st.link.value)}: {shown(st.link_detail)}",
+                        style="yellow")
             if st.age_s is not None:
-                line.append(f" — last data {fmt_age(st.age_s)} ago", style="yellow")
+                line.append(_(" — last data {age} ago").format(age=fmt_age(st.age_s)),
+                            style="yellow")
         show(head, line)
 
         diag = self.query_one("#diag", Static)
         if st is not None and st.diagnosis is not None:
             d = st.diagnosis
-            t = Text.assemble(("⚠ " + d.problem, "bold red"), "\n", ("Fix: ", "bold"), d.fix)
+            t = Text.assemble(("⚠ " + d.problem_text, "bold red"), "\n", (_("Fix: "), "bold"),
+                              d.fix_text)
             if d.detail:
-                t.append(f"\n(said: {d.detail})", style="dim")
+                t.append("\n" + _("(said: {detail})").format(detail=d.detail), style="dim")
             show(diag, t)
             diag.display = True
         else:
@@ -101,7 +111,8 @@ class Detail(Vertical):
         hints = m.hints_of(iid)
         hint_box = self.query_one("#hints", Static)
         if hints:
-            show(hint_box, Text("\n").join(Text("⚑ " + h.text, style="yellow") for h in hints))
+            show(hint_box, Text("\n").join(Text("⚑ " + hint_text(h), style="yellow")
+                                           for h in hints))
             hint_box.display = True
         else:
             hint_box.display = False
@@ -131,8 +142,8 @@ class Detail(Vertical):
         wait = box.query_one("#panel-wait", Static)
         if not latest and not diagnosed:
             st = m.status_of(iid)
-            show(wait, Text(st.note if st and st.note else "waiting for the first sample…",
-                             style="dim italic"))
+            show(wait, Text(str(shown(st.note)) if st and st.note
+                            else _("waiting for the first sample…"), style="dim italic"))
             wait.display = True
         else:
             wait.display = False

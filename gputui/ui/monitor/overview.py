@@ -14,6 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from gputui.format import fit_name, short_gpu
+from gputui.i18n import _, shown, truncate_cells
 from gputui.models import Instance
 from gputui.services.telemetry import LOCAL_ID
 from gputui.ui.livetable import LiveColumn, LiveTable
@@ -24,8 +25,10 @@ from gputui.ui.monitor.render import (
     bar,
     fmt_mem,
     fmt_power,
+    hint_short,
     mem_pct,
     overview_columns,
+    problem_line,
     sparkline,
     state_label,
     status_text,
@@ -34,6 +37,8 @@ from gputui.ui.widgets import show
 
 if TYPE_CHECKING:
     from gputui.ui.monitor.screen import MonitorScreen
+
+MIG = "MIG"  # NVIDIA's name for a GPU partition
 
 
 class Overview(Vertical):
@@ -104,9 +109,11 @@ class Overview(Vertical):
         hints = m.hints_of(iid)
         if not latest:
             if st is not None and st.watching:
-                why = st.diagnosis.problem if st.diagnosis else (st.note or "no data yet")
+                why = (problem_line(st.diagnosis) if st.diagnosis
+                       else str(shown(st.note)) if st.note else _("no data yet"))
                 rows.append((f"{iid}/msg", {
-                    "gpu": SortText(Text("  " + why[:60], style="dim italic"), (pos, 0, -1)),
+                    "gpu": SortText(Text("  " + truncate_cells(why, 60), style="dim italic"),
+                                    (pos, 0, -1)),
                     "util": Text(""), "mem": Text(""), "temp": Text(""), "power": Text(""),
                     "fan": Text(""), "sm": Text(""), "hist": Text(""),
                     "note": Text(""),
@@ -115,9 +122,9 @@ class Overview(Vertical):
         hist_w = next((c.width for c in self.cols if c.key == "hist"), 0) or 0
         tel = m.gapp.store.telemetry(iid)
         for s in latest:
-            marks = " ".join(h.short for h in hints if h.gpu_index == s.index)
+            marks = " ".join(hint_short(h) for h in hints if h.gpu_index == s.index)
             if not marks and any(h.gpu_index is None for h in hints):
-                marks = " ".join(h.short for h in hints if h.gpu_index is None)
+                marks = " ".join(hint_short(h) for h in hints if h.gpu_index is None)
             util = s.utilization_gpu
             mp = mem_pct(s)
             hot = s.temperature_c is not None and s.temperature_c >= 85
@@ -139,16 +146,17 @@ class Overview(Vertical):
             for j, mig in enumerate(inv.mig_devices if inv else []):
                 mp = (mig.memory_used_mib / mig.memory_total_mib * 100
                       if mig.memory_used_mib is not None and mig.memory_total_mib else None)
+                # MIG, GI and CI are NVIDIA's names: the same in every language
+                ids = (f"GI{mig.gi_id if mig.gi_id is not None else '?'}"
+                       f" CI{mig.ci_id if mig.ci_id is not None else '?'}")
                 rows.append((f"{iid}/{s.index}/mig{j}", {
-                    "gpu": SortText(Text(f"   └ {mig.profile or 'MIG'}", style="dim"),
+                    "gpu": SortText(Text(f"   └ {mig.profile or MIG}", style="dim"),
                                     (pos, s.index, j)),
-                    "util": Text(f"GI{mig.gi_id if mig.gi_id is not None else '?'}"
-                                 f" CI{mig.ci_id if mig.ci_id is not None else '?'}",
-                                 style="dim"),
+                    "util": Text(ids, style="dim"),
                     "mem": bar(mp, 5) + Text(" " + fmt_mem(mig.memory_used_mib,
                                                           mig.memory_total_mib)),
                     "temp": Text(""), "power": Text(""), "fan": Text(""), "sm": Text(""),
-                    "hist": Text(""), "note": Text("MIG", style="dim"),
+                    "hist": Text(""), "note": Text(MIG, style="dim"),
                 }))
         return rows
 
@@ -177,7 +185,7 @@ class Overview(Vertical):
                 continue
             self.deferred.discard(inst.id)
             rows = self.rows_for(pos, inst)
-            keys = [k for k, _ in rows]
+            keys = [k for k, _cells in rows]
             for old in self.keys.get(inst.id, []):
                 if old not in keys:
                     table.remove_row(old)
@@ -229,8 +237,8 @@ class Overview(Vertical):
         m = self.monitor
         notes = self.query_one("#notes", Static)
         if not m.instances:
-            show(notes, Text("No running instances. Rent one with n (the sandbox needs no "
-                              "account), or press l to watch this machine's GPUs.", style="dim"))
+            show(notes, Text(_("No running instances. Rent one with n (the sandbox needs no "
+                               "account), or press l to watch this machine's GPUs."), style="dim"))
             return
         inst = m.instance(self.cursor_instance())
         if inst is None:

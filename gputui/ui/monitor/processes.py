@@ -10,9 +10,15 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
 from gputui.format import format_gib
+from gputui.i18n import N_, _, cell_len
 from gputui.models import ProcessSample
-from gputui.ui.monitor.render import SORTS, SortText
+from gputui.ui.monitor.render import SORT_WORDS, SORTS, SortText
 from gputui.ui.widgets import show
+
+COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("pid", N_("PID"), 8), ("user", N_("User"), 10), ("gpu", N_("GPU"), 3),
+    ("mem", N_("Memory"), 9), ("cmd", N_("Command"), None),
+)
 
 
 class Processes(Vertical):
@@ -39,9 +45,10 @@ class Processes(Vertical):
         return self.query_one("#procs", DataTable)
 
     def on_mount(self) -> None:
-        for key, label, width in (("pid", "PID", 8), ("user", "User", 10), ("gpu", "GPU", 3),
-                                  ("mem", "Memory", 9), ("cmd", "Command", None)):
-            self.table.add_column(label, key=key, width=width)
+        for key, label, width in COLUMNS:
+            text = _(label)  # never cut: as wide as its header at least
+            self.table.add_column(text, key=key,
+                                  width=None if width is None else max(width, cell_len(text)))
 
     def clear(self) -> None:
         self.procs.clear()
@@ -52,8 +59,8 @@ class Processes(Vertical):
         table = self.table
         name, keyfn = SORTS[self.sort_index]
         show(self.query_one("#procs-title", Static),
-             Text(f"Processes: {len(procs)} · sorted by {name} (s) · k TERM · K KILL",
-                  style="dim"))
+             Text(_("Processes: {n} · sorted by {order} (s) · k TERM · K KILL").format(
+                 n=len(procs), order=_(SORT_WORDS.get(name, name))), style="dim"))
         wanted = {str(p.pid): p for p in procs}
         changed = False
         for key in [k for k in self.cells if k not in wanted]:

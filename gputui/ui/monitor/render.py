@@ -10,6 +10,7 @@ from typing import Any
 from rich.text import Text
 
 from gputui.format import short_gpu
+from gputui.i18n import N_, _, cell_len, pad_cells, shown
 from gputui.models import GpuInventory, GpuSample, Instance, InstanceStatus, LinkState
 from gputui.services.telemetry import LOCAL_ID, Hint, WatchStatus
 from gputui.store import GpuHistory
@@ -18,24 +19,61 @@ BLOCKS = " ▏▎▍▌▋▊▉"
 SPARKS = "▁▂▃▄▅▆▇█"
 EMPTY = "·"
 
-# Diagnosis codes as a few words for a table cell.
+# Diagnosis codes as a few words for a table cell (translated where shown).
 DIAG_SHORT = {
-    "nvidia-smi-missing": "no nvidia-smi",
-    "driver-not-loaded": "no driver",
-    "driver-library-mismatch": "drv mismatch",
-    "nvml-unknown-error": "NVML error",
-    "no-devices": "no GPUs seen",
-    "permission-denied": "no permission",
-    "gpu-lost": "GPU lost",
-    "nvml-library-missing": "no NVML",
-    "nvml-function-missing": "NVML too old",
-    "nvidia-smi-failed": "smi failed",
-    "ssh-auth": "login refused",
-    "ssh-host-key": "host key!",
-    "ssh-unreachable": "unreachable",
-    "ssh-error": "ssh error",
-    "unavailable": "unavailable",
-    "internal": "error",
+    "nvidia-smi-missing": N_("no nvidia-smi"),
+    "driver-not-loaded": N_("no driver"),
+    "driver-library-mismatch": N_("drv mismatch"),
+    "nvml-unknown-error": N_("NVML error"),
+    "no-devices": N_("no GPUs seen"),
+    "permission-denied": N_("no permission"),
+    "gpu-lost": N_("GPU lost"),
+    "nvml-library-missing": N_("no NVML"),
+    "nvml-function-missing": N_("NVML too old"),
+    "nvidia-smi-failed": N_("smi failed"),
+    "ssh-auth": N_("login refused"),
+    "ssh-host-key": N_("host key!"),
+    "ssh-unreachable": N_("unreachable"),
+    "ssh-error": N_("ssh error"),
+    "unavailable": N_("unavailable"),
+    "internal": N_("error"),
+}
+
+# A hint as a few words for a table cell (`Hint.short` is the English form), by code.
+HINT_SHORT = {
+    "imbalance": N_("split?"),
+    "idle-memory": N_("idle mem"),
+    "low-util": N_("<{pct} util"),  # no "%" in a message id: Babel reads "% u" as a format
+    "memory-full": N_("mem full"),
+    "thermal": N_("hot"),
+    "power-cap": N_("power cap"),
+}
+
+# An instance's status and a link's state, for people (the store keeps the English value).
+STATUS_WORDS = {
+    "requested": N_("requested"),
+    "booting": N_("booting"),
+    "running": N_("running"),
+    "stopped": N_("stopped"),
+    "releasing": N_("releasing"),
+    "released": N_("released"),
+    "failed": N_("failed"),
+}
+LINK_WORDS = {
+    "unknown": N_("unknown"),
+    "connecting": N_("connecting"),
+    "connected": N_("connected"),
+    "reconnecting": N_("reconnecting"),
+    "failed": N_("failed"),
+}
+
+# How the process list is sorted (`s` steps through them), as the title line says it.
+SORT_WORDS = {
+    "memory": N_("memory"),
+    "pid": N_("pid"),
+    "gpu": N_("gpu"),
+    "user": N_("user"),
+    "command": N_("command"),
 }
 
 SORTS: list[tuple[str, Any]] = [
@@ -91,12 +129,37 @@ def fmt_age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     if seconds < 10:
-        return f"{seconds:.1f}s"
+        return _("{n}s").format(n=f"{seconds:.1f}")
     if seconds < 120:
-        return f"{seconds:.0f}s"
+        return _("{n}s").format(n=f"{seconds:.0f}")
     if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.0f}h"
+        return _("{n}m").format(n=f"{seconds / 60:.0f}")
+    return _("{n}h").format(n=f"{seconds / 3600:.0f}")
+
+
+def hint_short(h: Hint) -> str:
+    """A hint as a few words for a table cell, in the interface language."""
+    word = HINT_SHORT.get(h.code)
+    return _(word).format(pct="50%") if word else h.short
+
+
+def hint_text(h: Hint) -> str:
+    """A hint's sentence in the interface language (the store keeps it in English)."""
+    return str(shown(h.text))
+
+
+def status_word(value: str) -> str:
+    """An instance status or a link state (`running`, `reconnecting`) for people."""
+    word = STATUS_WORDS.get(value) or LINK_WORDS.get(value)
+    return _(word) if word else value
+
+
+def problem_line(diagnosis) -> str:  # noqa: ANN001 - a gputui.nvidia.diagnose.Diagnosis
+    """A diagnosis's problem in the interface language, with the tool's own words after it."""
+    text = diagnosis.problem_text
+    if diagnosis.detail:
+        text += _(" (said: {detail})").format(detail=diagnosis.detail)
+    return text
 
 
 def fmt_mem(used: float | None, total: float | None, unit: str = "") -> str:
@@ -127,24 +190,24 @@ def mem_pct(s: GpuSample) -> float | None:
 def state_label(st: WatchStatus | None, inst: Instance) -> tuple[str, str]:
     """(short state for a table cell, style)."""
     if st is None:
-        return "no service", "dim"
+        return _("no service"), "dim"
     if not st.watching:
         if inst.status != InstanceStatus.RUNNING:
-            return inst.status.value, "dim"
-        return "not watched", "dim"
+            return status_word(inst.status.value), "dim"
+        return _("not watched"), "dim"
     if st.diagnosis is not None:
-        return "⚠ " + DIAG_SHORT.get(st.diagnosis.code, "error"), "bold red"
+        return "⚠ " + _(DIAG_SHORT.get(st.diagnosis.code, N_("error"))), "bold red"
     if st.link == LinkState.RECONNECTING:
-        return "⟳ reconnecting", "bold yellow"
+        return "⟳ " + _("reconnecting"), "bold yellow"
     if st.link == LinkState.CONNECTING:
-        return "connecting…", "yellow"
+        return _("connecting…"), "yellow"
     if st.link == LinkState.FAILED:
-        return "⚠ link failed", "bold red"
+        return "⚠ " + _("link failed"), "bold red"
     if st.age_s is None:
-        return "waiting…", "dim"
+        return _("waiting…"), "dim"
     if st.stale:
-        return f"stale {fmt_age(st.age_s)}", "bold yellow"
-    return "live", "green"
+        return _("stale {age}").format(age=fmt_age(st.age_s)), "bold yellow"
+    return _("live"), "green"
 
 
 class SortText(Text):
@@ -173,17 +236,18 @@ class Column:
     width: int | None
 
 
+# Labels are marked here and translated when the columns are built (`overview_columns`).
 NARROW = [
-    Column("gpu", "Instance / GPU", 14),
-    Column("util", "Util", 10),
-    Column("mem", "Memory GiB", 16),
-    Column("temp", "Temp", 4),
-    Column("power", "Power", 9),
+    Column("gpu", N_("Instance / GPU"), 14),
+    Column("util", N_("Util"), 10),
+    Column("mem", N_("Memory GiB"), 16),
+    Column("temp", N_("Temp"), 4),
+    Column("power", N_("Power"), 9),
 ]
 WIDE_EXTRA = [
-    Column("fan", "Fan", 4),
-    Column("sm", "SM MHz", 6),
-    Column("hist", "Util history", 30),
+    Column("fan", N_("Fan"), 4),
+    Column("sm", N_("SM MHz"), 6),
+    Column("hist", N_("Util history"), 30),
 ]
 WIDE_AT = 136  # where fan, SM clock and a 30-cell history fit beside a readable note
 HISTORY_AT = 96  # a tmux pane beside a training run is often ~100 columns: room for a sparkline
@@ -193,13 +257,15 @@ def overview_columns(width: int) -> list[Column]:
     cols = list(NARROW)
     if width >= WIDE_AT:
         cols += WIDE_EXTRA
-        cols[0] = Column("gpu", "Instance / GPU", 24)
+        cols[0] = Column("gpu", N_("Instance / GPU"), 24)
     elif width >= HISTORY_AT:
-        cols.append(Column("hist", "Util history", min(30, width - 84)))
+        cols.append(Column("hist", N_("Util history"), min(30, width - 84)))
     used = sum((c.width or 0) + 2 for c in cols)
     note = max(10, width - used - 4)
-    cols.append(Column("note", "State / hints", note))
-    return cols
+    cols.append(Column("note", N_("State / hints"), note))
+    # in the interface language, and never cut: a column is as wide as its header at least
+    return [Column(c.key, _(c.label), max(c.width or 0, cell_len(_(c.label))))
+            for c in cols]
 
 
 def status_text(inst: Instance, st: WatchStatus | None, hints: Sequence[Hint],
@@ -209,18 +275,19 @@ def status_text(inst: Instance, st: WatchStatus | None, hints: Sequence[Hint],
     state, style = state_label(st, inst)
     head = Text.assemble((inst.name, "bold"), ": ", (state, style))
     if st is not None and st.age_s is not None:
-        head.append(f" · last data {fmt_age(st.age_s)} ago", style="dim")
+        head.append(_(" · last data {age} ago").format(age=fmt_age(st.age_s)), style="dim")
     lines.append(head)
     if st is not None and st.link not in (LinkState.CONNECTED, LinkState.UNKNOWN) \
             and st.link_detail and (inst.id != LOCAL_ID):
-        lines.append(Text(f"{st.link.value}: {st.link_detail}", style="yellow"))
+        lines.append(Text(f"{status_word(st.link.value)}: {shown(st.link_detail)}",
+                          style="yellow"))
     if st is not None and st.diagnosis is not None:
-        lines.append(Text("⚠ " + st.diagnosis.problem, style="bold red"))
-        lines.append(Text.assemble(("Fix: ", "bold"), st.diagnosis.fix))
+        lines.append(Text("⚠ " + problem_line(st.diagnosis), style="bold red"))
+        lines.append(Text.assemble((_("Fix: "), "bold"), st.diagnosis.fix_text))
     for h in hints:
-        lines.append(Text("⚑ " + h.text, style="yellow"))
+        lines.append(Text("⚑ " + hint_text(h), style="yellow"))
     if len(lines) == 1 and st is not None and st.watching:
-        lines.append(Text("enter: GPUs in detail, history, processes (kill)", style="dim"))
+        lines.append(Text(_("enter: GPUs in detail, history, processes (kill)"), style="dim"))
     return Text("\n").join(lines[:limit])
 
 
@@ -240,14 +307,16 @@ def gpu_panel_text(s: GpuSample, history: GpuHistory | None, inv: GpuInventory |
         title.append(" · ")
         title.append(f"{s.temperature_c:.0f}°C",
                      style="bold red" if s.temperature_c >= 85 else "")
-    title.append(f" · fan {s.fan_pct:.0f}%" if s.fan_pct is not None else " · fan N/A")
+    title.append(_(" · fan {pct}%").format(pct=f"{s.fan_pct:.0f}") if s.fan_pct is not None
+                 else _(" · fan N/A"))
     title.append(f" · SM {s.sm_clock_mhz:.0f} MHz" if s.sm_clock_mhz is not None else "")
     if s.pstate:
         title.append(f" · {s.pstate}")
     if inv is not None and inv.pcie_gen:
-        title.append(f" · PCIe {inv.pcie_gen}×{inv.pcie_width or '?'}", style="dim")
+        title.append(_(" · PCIe {gen}×{lanes}").format(gen=inv.pcie_gen,
+                                                       lanes=inv.pcie_width or "?"), style="dim")
     if hints:
-        title.append("  ⚑ " + " ".join(h.short for h in hints), style="bold yellow")
+        title.append("  ⚑ " + " ".join(hint_short(h) for h in hints), style="bold yellow")
     util = s.utilization_gpu
     mp = mem_pct(s)
     limit = s.power_limit_w or (inv.power_limit_w if inv else None)
@@ -257,17 +326,17 @@ def gpu_panel_text(s: GpuSample, history: GpuHistory | None, inv: GpuInventory |
     def row(label: str, pct: float | None, value: str, values: list[float | None],
             top: float | None) -> Text:
         return Text.assemble(
-            (f"{label:<5}", "bold"), bar(pct, bar_w), " ", value[:val_w].ljust(val_w), " ",
+            (pad_cells(label, 5), "bold"), bar(pct, bar_w), " ", pad_cells(value, val_w, ellipsis=""), " ",
             sparkline(values, spark_w, top),
         )
 
     lines = [
         title,
-        row("util", util, f"{util:.0f}%" if util is not None else "N/A",
+        row(_("util"), util, f"{util:.0f}%" if util is not None else "N/A",
             _recent(history, "util", spark_w), 100),
-        row("mem", mp, fmt_mem(s.memory_used_mib, total, " GiB"),
+        row(_("mem"), mp, fmt_mem(s.memory_used_mib, total, " GiB"),
             _recent(history, "mem_pct", spark_w), 100),
-        row("pwr", pp, fmt_power(s.power_draw_w, limit).replace("W", " W"),
+        row(_("pwr"), pp, fmt_power(s.power_draw_w, limit).replace("W", " W"),
             _recent(history, "power_w", spark_w), limit),
     ]
     for mig in (inv.mig_devices if inv else []):

@@ -24,6 +24,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static
 
+from gputui.i18n import N_, _, ngettext, shown
 from gputui.models import BillingRule, GpuInventory, GpuSample, Instance, InstanceStatus
 from gputui.services.telemetry import LOCAL_ID, Hint, WatchStatus, step_interval
 from gputui.store import InstanceChanged, LinkChanged, TelemetryChanged
@@ -41,18 +42,23 @@ if TYPE_CHECKING:
 
 class MonitorScreen(BaseScreen):
     SHOWS_TELEMETRY = True
-    TITLE = "Monitor"
+    TITLE = N_("Monitor")
+    # descriptions are marked here and translated where the footer and help show them
     BINDINGS = [
-        Binding("plus,equals_sign", "interval(1)", "Slower", key_display="+"),
-        Binding("minus,underscore", "interval(-1)", "Faster", key_display="-"),
-        Binding("escape", "back", "All", show=True),
-        Binding("k", "kill(False)", "Kill", show=True),
-        Binding("K", "kill(True)", "KILL", show=False),
-        Binding("s", "sort", "Sort", show=True),
-        Binding("r", "refresh_processes", "Re-read", show=False),
-        Binding("left_square_bracket", "cycle(-1)", "Prev", show=False, key_display="["),
-        Binding("right_square_bracket", "cycle(1)", "Next", show=False, key_display="]"),
-        Binding("l", "toggle_local", "This machine", show=False),
+        Binding(key="plus,equals_sign", action="interval(1)", description=N_("Slower"),
+                key_display="+"),
+        Binding(key="minus,underscore", action="interval(-1)", description=N_("Faster"),
+                key_display="-"),
+        Binding("escape", "back", N_("All"), show=True),
+        Binding("k", "kill(False)", N_("Kill"), show=True),
+        Binding("K", "kill(True)", N_("KILL"), show=False),
+        Binding("s", "sort", N_("Sort"), show=True),
+        Binding("r", "refresh_processes", N_("Re-read"), show=False),
+        Binding(key="left_square_bracket", action="cycle(-1)", description=N_("Prev"),
+                show=False, key_display="["),
+        Binding(key="right_square_bracket", action="cycle(1)", description=N_("Next"),
+                show=False, key_display="]"),
+        Binding("l", "toggle_local", N_("This machine"), show=False),
     ]
     DEFAULT_CSS = """
     MonitorScreen #mon-status { height: 1; padding: 0 1; color: $text-muted; }
@@ -171,7 +177,7 @@ class MonitorScreen(BaseScreen):
         items = list(self.gapp.store.instances_sync(live_only=True))
         svc = self.service
         if svc is not None and svc.is_watching(LOCAL_ID):
-            items.insert(0, Instance(id=LOCAL_ID, name="this machine", provider="local",
+            items.insert(0, Instance(id=LOCAL_ID, name=_("this machine"), provider="local",
                                      gpu="local GPUs", billing=BillingRule(price_per_hour=Decimal(0)),
                                      status=InstanceStatus.RUNNING))
         self.instances = items
@@ -193,23 +199,27 @@ class MonitorScreen(BaseScreen):
     def _refresh_status_line(self) -> None:
         svc = self.service
         if svc is None:
-            text = "Telemetry is not running in this console."
+            text = _("Telemetry is not running in this console.")
         elif self.view == "detail":
             # the keys first: an 80-column pane cuts from the right
             ids = [i.id for i in self.instances]
-            where = (f"{ids.index(self.detail_id) + 1} of {len(ids)}"
+            where = (_("{n} of {total}").format(n=ids.index(self.detail_id) + 1, total=len(ids))
                      if self.detail_id in ids else "")
-            text = f"esc: all · [ ]: prev/next {where} · every {svc.interval:g} s (+/-)"
+            text = _("esc: all · [ ]: prev/next {where} · every {seconds} s (+/-)").format(
+                where=where, seconds=f"{svc.interval:g}")
         else:
             gpus = sum(len(self.gapp.store.telemetry(i.id).gpus) for i in self.instances)
             hints = sum(len(self.hints_of(i.id)) for i in self.instances)
-            text = (f"every {svc.interval:g} s (+/-) · {len(self.instances)} instance"
-                    f"{'' if len(self.instances) == 1 else 's'} · {gpus} GPU"
-                    f"{'' if gpus == 1 else 's'}")
+            count = len(self.instances)
+            text = " · ".join([
+                _("every {seconds} s (+/-)").format(seconds=f"{svc.interval:g}"),
+                ngettext("{n} instance", "{n} instances", count).format(n=count),
+                ngettext("{n} GPU", "{n} GPUs", gpus).format(n=gpus),
+            ])
             if hints:
-                text += f" · ⚑ {hints} hint{'' if hints == 1 else 's'}"
+                text += " · ⚑ " + ngettext("{n} hint", "{n} hints", hints).format(n=hints)
             if self.instances:
-                text += " · enter details"
+                text += " · " + _("enter details")
         show(self.query_one("#mon-status", Static), Text(text))
 
     # -- the two views -----------------------------------------------------------------------------
@@ -217,7 +227,7 @@ class MonitorScreen(BaseScreen):
     def show_detail(self, iid: str) -> None:
         self._reload_instances()
         if self.instance(iid) is None:
-            self.notify("That instance is not running.", severity="warning")
+            self.notify(_("That instance is not running."), severity="warning")
             return
         if self.detail_id != iid:
             self.detail.reset()
@@ -256,7 +266,7 @@ class MonitorScreen(BaseScreen):
         if svc is None:
             return
         value = svc.set_interval(step_interval(svc.interval, direction))
-        self.notify(f"Refresh every {value:g} s", timeout=2)
+        self.notify(_("Refresh every {seconds} s").format(seconds=f"{value:g}"), timeout=2)
         self._refresh_status_line()
 
     def action_sort(self) -> None:
@@ -282,10 +292,10 @@ class MonitorScreen(BaseScreen):
             return
         if svc.is_watching(LOCAL_ID):
             svc.stop(LOCAL_ID)
-            self.notify("Stopped watching this machine.", timeout=3)
+            self.notify(_("Stopped watching this machine."), timeout=3)
         else:
             svc.start_local()
-            self.notify("Watching this machine's GPUs through NVML.", timeout=3)
+            self.notify(_("Watching this machine's GPUs through NVML."), timeout=3)
         self._structure_dirty = True
 
     def action_kill(self, force: bool) -> None:
@@ -293,7 +303,7 @@ class MonitorScreen(BaseScreen):
         proc = self.detail.processes.selected()
         inst = self.instance(iid)
         if iid is None or inst is None or proc is None:
-            self.notify("No process selected.", severity="warning")
+            self.notify(_("No process selected."), severity="warning")
             return
         from gputui.format import format_gib
         from gputui.ui.dialogs import ConfirmScreen
@@ -302,12 +312,14 @@ class MonitorScreen(BaseScreen):
         what = escape(proc.name or "?")
         mem = "" if proc.used_memory_mib is None else \
             f", {format_gib(proc.used_memory_mib, unit='mib')}"
-        gpu = "" if proc.gpu_index is None else f" on GPU {proc.gpu_index}"
-        question = (f"Send [b]{sig}[/b] to PID {proc.pid} ({what}{mem}{gpu}) on "
-                    f"[b]{escape(inst.name)}[/b]?")
+        gpu = "" if proc.gpu_index is None else _(" on GPU {index}").format(index=proc.gpu_index)
+        question = _("Send [b]{signal}[/b] to PID {pid} ({what}) on [b]{name}[/b]?").format(
+            signal=sig, pid=proc.pid, what=f"{what}{mem}{gpu}", name=escape(inst.name))
         if force:
-            question += "\n\nKILL cannot be caught: the process ends at once, unsaved work is lost."
-        self.app.push_screen(ConfirmScreen(question, f"Send {sig}", "Keep it"),
+            question += "\n\n" + _("KILL cannot be caught: the process ends at once, unsaved "
+                                   "work is lost.")
+        self.app.push_screen(ConfirmScreen(question, _("Send {signal}").format(signal=sig),
+                                           _("Keep it")),
                              on_answer(lambda _yes: self._kill(iid, proc.pid, force)))
 
     @work(group="monitor-kill", exit_on_error=False)
@@ -316,10 +328,12 @@ class MonitorScreen(BaseScreen):
         if svc is None:
             return
         result = await svc.kill(iid, pid, force=force)
+        message = str(shown(result.message))
         if result.gone:
-            self.notify(result.message)
+            self.notify(message)
         elif result.sent:
-            self.notify(result.message + ("" if force else " (K sends KILL)"),
+            self.notify(message + ("" if force else _(" (K sends KILL)")),
                         severity="warning", timeout=8)
         else:
-            self.notify(f"PID {pid}: {result.message}", severity="error")
+            self.notify(_("PID {pid}: {message}").format(pid=pid, message=message),
+                        severity="error")
