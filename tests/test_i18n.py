@@ -236,11 +236,6 @@ NOT_YET = {
     "services/ollama/systemd.py", "services/smi.py", "services/telemetry/base.py",
     "nvidia/nvml.py", "nvidia/nvsmi/fields.py", "cli/ollama_report.py",
 
-    # money, leases and jobs
-    "ui/costs.py", "ui/jobs.py", "services/arming.py", "services/costs.py", "services/daemon.py",
-    "services/hub.py", "services/jobs.py", "services/jobs_runner.py", "services/leases.py",
-    "services/metrics.py", "services/views.py", "models.py", "store.py",
-
     # providers, SSH and transfers
     "providers/autodl.py", "providers/lambda_cloud.py", "providers/sandbox.py",
     "remote/ssh/link.py", "remote/transfer.py",
