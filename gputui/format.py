@@ -196,7 +196,7 @@ def _stored_patterns() -> list[tuple[str, re.Pattern[str]]]:
         out = []
         for template in STORED_TEXTS:
             parts = re.split(r"\{(\w+)\}", template)
-            rx = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)"
+            rx = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>(?:(?! · ).)+?)"
                          for i, p in enumerate(parts))
             out.append((template, re.compile(rx, re.S)))
         _STORED_PATTERNS = out
@@ -216,19 +216,35 @@ def stored_text(text: object) -> object:
         return text.translated()
     if not isinstance(text, str) or not text or current_language() == "en":
         return text
-    if " · " in text:
-        return " · ".join(str(stored_text(part)) for part in text.split(" · "))
+    # pieces joined by " · " (a template may hold one itself): the longest run that matches
+    parts, out, i = text.split(" · "), [], 0
+    while i < len(parts):
+        for j in range(len(parts), i, -1):
+            found = _stored_match(" · ".join(parts[i:j]))
+            if found is not None:
+                out.append(found)
+                i = j
+                break
+        else:
+            out.append(parts[i])
+            i += 1
+    return " · ".join(out)
+
+
+def _stored_match(text: str) -> str | None:
     warn = text.startswith("⚠ ")
     body = text[2:] if warn else text
+    mark = "⚠ " if warn else ""
     for template, rx in _stored_patterns():
         m = rx.fullmatch(body)
         if m is not None:
             params = {k: _stored_param(k, v) for k, v in m.groupdict().items()}
-            return ("⚠ " if warn else "") + _(template).format(**params)
-    if body in _STATUS_WORDS or body in _END_REASONS:
-        return ("⚠ " if warn else "") + (status_text(body) if body in _STATUS_WORDS
-                                         else end_reason_text(body))
-    return text
+            return mark + _(template).format(**params)
+    if body in _STATUS_WORDS:
+        return mark + status_text(body)
+    if body in _END_REASONS:
+        return mark + end_reason_text(body)
+    return None
 
 
 def _stored_param(key: str, value: str) -> str:

@@ -22,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, RichLog, Static
 
 from gputui.format import format_money, status_text
-from gputui.i18n import N_, _, cell_len
+from gputui.i18n import N_, _, cell_len, truncate_cells
 from gputui.models import Instance
 from gputui.store import InstanceChanged
 from gputui.ui.base import BaseScreen, StoreEvent
@@ -41,6 +41,7 @@ COLUMNS = [
 ]
 STATUS_STYLE = {"running": "bold", "failed": "bold red", "lost": "red", "cancelled": "dim",
                 "succeeded": "green", "queued": ""}
+NAME_CELLS = 22
 POLL_S = 2.0
 LOG_POLL_S = 1.0
 LOG_LINES = 200
@@ -244,7 +245,9 @@ class JobsScreen(BaseScreen):
     def _cells(self, job: Any) -> dict[str, str | Text]:
         return {
             "id": job.id,
-            "name": Text(job.name),  # the user's label, never markup
+            # the user's label, never markup; cut by cells in the middle (a sweep's labels
+            # differ at the end) so that the cost column stays on an 80-column screen
+            "name": Text(truncate_cells(job.name, NAME_CELLS, where="middle")),
             "status": Text(status_text(job.status), style=STATUS_STYLE.get(job.status, "")),
             "exit": "-" if job.exit_code is None else str(job.exit_code),
             "time": _secs(job.seconds(self.gapp.now())),
