@@ -105,13 +105,11 @@ def default_label(gpu: str) -> str:
 
 def fit_name(name: str, width: int) -> str:
     """`name` in `width` cells, cut in the middle: generated names differ at the end
-    ("rtx-4090-00d7", "rtx-4090-8c1e"), so the end is what must stay visible."""
-    if len(name) <= width:
-        return name
-    if width < 6:
-        return name[:max(0, width - 1)] + "…"
-    tail = max(4, width // 3)
-    return name[:width - 1 - tail] + "…" + name[-tail:]
+    ("rtx-4090-00d7", "rtx-4090-8c1e"), so the end is what must stay visible. Measured in
+    cells: a Chinese character takes two."""
+    from gputui.i18n import truncate_cells
+
+    return truncate_cells(name, width, where="middle")
 
 
 def check_label(text: str, field: str = "--name", limit: int = 64) -> str:
