@@ -253,3 +253,28 @@ def test_countdowns_and_state_details_read_in_chinese(zh):
     assert str(detail) == "⚠ stopped 14 d · wiped in 22 h · still costs ¥0.50/h (disk)"
     assert stored_text(detail) == "⚠ 已关机 14 天 · 22 小时后清除 · 仍在计费 ¥0.50/小时（磁盘）"
     assert stored_text(str(detail)) == stored_text(detail)  # read back from JSON or the store
+
+
+def test_a_notice_is_shown_in_chinese_and_logged_in_english(gputui_home: Path, zh, capsys,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """A lease warning reaches the person in Chinese; the daemon's log line (the journal,
+    which scripts grep) stays English."""
+    from gputui.cli.daemon import Notifier
+    from gputui.i18n import N_, Deferred
+    from gputui.store import Notice
+
+    for var in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)  # no desktop notification from a test
+    store = SessionStore(gputui_home / "state.db")
+    seen: list[Notice] = []
+    store.subscribe(lambda e: seen.append(e) if isinstance(e, Notice) else None)
+    store.notify(Deferred(N_("{name} will be released in {mins} min — on Home, e extends 1 h, "
+                             "E 30 min"), name="qwen-\x1b[31mserve", mins=10), "warning")
+    [notice] = seen
+    assert notice.text == "qwen-serve 将在 10 分钟后释放 — 在主页按 e 延长 1 小时，E 延长 30 分钟"
+    assert notice.log_text == "qwen-serve will be released in 10 min — on Home, e extends 1 h, " \
+        "E 30 min"  # sanitised both ways: the escape sequence is gone
+    Notifier()(notice)
+    assert capsys.readouterr().err.rstrip().endswith(
+        "warning: qwen-serve will be released in 10 min — on Home, e extends 1 h, E 30 min")
+    store.close()
