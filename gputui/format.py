@@ -10,12 +10,12 @@ from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 
 from gputui.errors import BadInput
-from gputui.i18n import N_, _
+from gputui.i18n import N_, Deferred, _, current_language, shown
 from gputui.sanitize import has_control
 
 __all__ = ["CURRENCY_SYMBOLS", "check_label", "default_label", "end_reason_text", "fit_name",
            "format_gib", "format_money", "format_remaining", "round_money", "short_gpu",
-           "status_text", "sum_as_shown"]
+           "status_text", "status_word", "end_reason_word", "stored_text", "sum_as_shown"]
 
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "CNY": "¥", "GBP": "£"}
 
@@ -61,18 +61,18 @@ def format_gib(value: float | None, *, unit: str = "bytes", decimals: int = 1) -
 def format_remaining(seconds: float | None) -> str:
     """A countdown as people read it: 1h 05m, 4m 10s, overdue."""
     if seconds is None:
-        return "no timer"
+        return _("no timer")
     if seconds <= 0:
-        return "overdue"
+        return _("overdue")
     s = int(seconds)
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
     if d:
-        return f"{d}d {h:02d}h"
+        return _("{d}d {h:02d}h").format(d=d, h=h)
     if h:
-        return f"{h}h {m:02d}m"
-    return f"{m}m {s:02d}s"
+        return _("{h}h {m:02d}m").format(h=h, m=m)
+    return _("{m}m {s:02d}s").format(m=m, s=s)
 
 
 _VENDOR_WORDS = ("NVIDIA ", "GeForce ", "Tesla ", "Quadro ")
@@ -105,13 +105,11 @@ def default_label(gpu: str) -> str:
 
 def fit_name(name: str, width: int) -> str:
     """`name` in `width` cells, cut in the middle: generated names differ at the end
-    ("rtx-4090-00d7", "rtx-4090-8c1e"), so the end is what must stay visible."""
-    if len(name) <= width:
-        return name
-    if width < 6:
-        return name[:max(0, width - 1)] + "…"
-    tail = max(4, width // 3)
-    return name[:width - 1 - tail] + "…" + name[-tail:]
+    ("rtx-4090-00d7", "rtx-4090-8c1e"), so the end is what must stay visible. Measured in
+    cells: a Chinese character takes two."""
+    from gputui.i18n import truncate_cells
+
+    return truncate_cells(name, width, where="middle")
 
 
 def check_label(text: str, field: str = "--name", limit: int = 64) -> str:
@@ -137,6 +135,9 @@ _STATUS_WORDS = {
     # runs (gputui jobs)
     "queued": N_("queued"), "succeeded": N_("succeeded"), "cancelled": N_("cancelled"),
     "lost": N_("lost"),
+    "starting": N_("starting"),
+    # what a live instance costs now (the Costs screen)
+    "billing": N_("billing"), "storage only": N_("storage only"), "ended": N_("ended"),
 }
 _END_REASONS = {
     "timer": N_("timer"), "idle": N_("idle"), "budget": N_("budget cap"),
@@ -150,7 +151,104 @@ def status_text(status: object) -> str:
     return _(_STATUS_WORDS[word]) if word in _STATUS_WORDS else word
 
 
+def status_word(status: object) -> Deferred:
+    """A status as a `Deferred`: English where it is kept (a log), translated where shown."""
+    word = str(getattr(status, "value", status))
+    return Deferred(_STATUS_WORDS.get(word, word))
+
+
+def end_reason_word(reason: object) -> Deferred:
+    """An end reason as a `Deferred` (see `status_word`)."""
+    word = str(reason or "")
+    return Deferred(_END_REASONS.get(word, word))
+
+
 def end_reason_text(reason: object) -> str:
     """Why a ledger entry ended (`timer`, `manual`...) as a person reads it."""
     word = str(reason or "")
     return _(_END_REASONS[word]) if word in _END_REASONS else word
+
+
+# Text the store keeps in English (an instance's status detail, written by the services) that
+# a person reads: each template is matched against the stored text and shown translated. A
+# text that matches none (a provider's own words) is shown as it is.
+STORED_TEXTS = (
+    N_("launch outcome unknown: looking for it"),
+    N_("releasing ({reason})"),
+    N_("release failed, retrying: {error}"),
+    N_("STILL BILLING — release failed: {error}"),
+    N_("launched after all (found by its tag as {pid}); terminated by gputui"),
+    N_("never created: {error}"),
+    N_("stopped"),
+    N_("stopped {gone} · wiped by now"),
+    N_("stopped {gone} · wiped in {left}"),
+    N_("still costs {price}/h (disk)"),
+    N_("{n} d"), N_("{n} h"), N_("{n} min"),
+)
+_STORED_PATTERNS: list[tuple[str, re.Pattern[str]]] | None = None
+
+
+def _stored_patterns() -> list[tuple[str, re.Pattern[str]]]:
+    global _STORED_PATTERNS
+    if _STORED_PATTERNS is None:
+        out = []
+        for template in STORED_TEXTS:
+            parts = re.split(r"\{(\w+)\}", template)
+            rx = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>(?:(?! · ).)+?)"
+                         for i, p in enumerate(parts))
+            out.append((template, re.compile(rx, re.S)))
+        _STORED_PATTERNS = out
+    return _STORED_PATTERNS
+
+
+def stored_text(text: object) -> object:
+    """English text the store, JSON or a log keeps, as a person reads it in the current
+    language: a `Deferred` translates itself; a plain string (read back from the state file)
+    is matched against `STORED_TEXTS`, also piece by piece where " · " joins several; a
+    status or end reason word is translated as `status_text` does. Anything else is
+    returned as it is (a provider's own words stay as the provider wrote them)."""
+    if isinstance(text, Deferred):
+        if text.template in STORED_TEXTS and text.params:
+            return _(text.template).format(**{k: _stored_param(k, str(shown(v)))
+                                              for k, v in text.params.items()})
+        return text.translated()
+    if not isinstance(text, str) or not text or current_language() == "en":
+        return text
+    # pieces joined by " · " (a template may hold one itself): the longest run that matches
+    parts, out, i = text.split(" · "), [], 0
+    while i < len(parts):
+        for j in range(len(parts), i, -1):
+            found = _stored_match(" · ".join(parts[i:j]))
+            if found is not None:
+                out.append(found)
+                i = j
+                break
+        else:
+            out.append(parts[i])
+            i += 1
+    return " · ".join(out)
+
+
+def _stored_match(text: str) -> str | None:
+    warn = text.startswith("⚠ ")
+    body = text[2:] if warn else text
+    mark = "⚠ " if warn else ""
+    for template, rx in _stored_patterns():
+        m = rx.fullmatch(body)
+        if m is not None:
+            params = {k: _stored_param(k, v) for k, v in m.groupdict().items()}
+            return mark + _(template).format(**params)
+    if body in _STATUS_WORDS:
+        return mark + status_text(body)
+    if body in _END_REASONS:
+        return mark + end_reason_text(body)
+    return None
+
+
+def _stored_param(key: str, value: str) -> str:
+    if key == "reason":
+        return end_reason_text(value)
+    if key in ("gone", "left"):
+        return str(stored_text(value))
+    return value
+

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gputui.i18n import N_, _
+
 CENT = Decimal("0.01")
 SECONDS_PER_MONTH = 730 * 3600  # the usual cloud convention for "per GB-month"
 
@@ -68,10 +70,10 @@ PACKAGE_SECONDS = {"daily": 86400, "weekly": 7 * 86400, "monthly": 30 * 86400}
 class BillingRule(_Model):
     """How an offer turns running time into money."""
 
-    price_per_hour: Decimal = Field(ge=0, description="per instance (all its GPUs), per hour")
+    price_per_hour: Decimal = Field(ge=0, description=N_("per instance (all its GPUs), per hour"))
     currency: str = "USD"
     granularity: Granularity = Granularity.SECOND
-    minimum_seconds: int = Field(default=0, ge=0, description="minimum billed running time")
+    minimum_seconds: int = Field(default=0, ge=0, description=N_("minimum billed running time"))
     storage_per_gb_month: Decimal = Field(default=Decimal("0"), ge=0)
     package: PackageKind = "hourly"
 
@@ -427,12 +429,12 @@ class HostInventory(_Model):
 # --- what the monitor's hints say ----------------------------------------------------------------
 
 _HINT_SHORT = {
-    "imbalance": "split?",
-    "idle-memory": "idle mem",
-    "low-util": "<50% util",
-    "memory-full": "mem full",
-    "thermal": "hot",
-    "power-cap": "power cap",
+    "imbalance": N_("split?"),
+    "idle-memory": N_("idle mem"),
+    "low-util": N_("{share} util"),  # the share outside: "%" in a message reads as a format
+    "memory-full": N_("mem full"),
+    "thermal": N_("hot"),
+    "power-cap": N_("power cap"),
 }
 
 
@@ -447,4 +449,7 @@ class Hint:
 
     @property
     def short(self) -> str:
-        return _HINT_SHORT.get(self.code, self.code)
+        """The hint in a few words, in the interface's language."""
+        if self.code not in _HINT_SHORT:
+            return self.code
+        return _(_HINT_SHORT[self.code]).format(share="<50%")

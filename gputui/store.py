@@ -26,7 +26,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gputui.errors import GputuiError, NotFound
-from gputui.i18n import _
+from gputui.i18n import N_, Deferred, _
 from gputui.models import (
     GpuSample,
     Hint,
@@ -70,18 +70,18 @@ def write_blocked(path: Path, exc: BaseException | None = None) -> str | None:
     name = getattr(exc, "sqlite_errorname", "") or ""
     err_no = getattr(exc, "errno", None)
     if name in _FULL_CODES or err_no in (errno.ENOSPC, errno.EDQUOT):
-        return "the disk is full"
+        return _("the disk is full")
     if name.startswith(_READONLY_PREFIX) or err_no == errno.EROFS:
-        return "the folder is read-only"
+        return _("the folder is read-only")
     folder = path.parent
     try:
         st = os.statvfs(folder)
     except OSError:
         return None
     if st.f_flag & os.ST_RDONLY or not os.access(folder, os.W_OK):
-        return "the folder is read-only"
+        return _("the folder is read-only")
     if st.f_bavail == 0 or (st.f_favail == 0 and st.f_files):
-        return "the disk is full"
+        return _("the disk is full")
     return None
 
 
@@ -119,10 +119,16 @@ class LinkChanged:
 class Notice:
     """Something a service wants the user to see (a warning, a budget alert...)."""
 
-    text: str
+    text: str  # in the interface's language, as the person sees it
     severity: str = "information"  # information | warning | error
     bell: bool = False
     instance_id: str | None = None
+    english: str | None = None  # the same in English, for a log (None: `text` is English)
+
+    @property
+    def log_text(self) -> str:
+        """The notice for a log: English, whatever the interface's language."""
+        return self.english if self.english is not None else self.text
 
 
 Event = InstanceChanged | LeaseChanged | LedgerChanged | TelemetryChanged | LinkChanged | Notice
@@ -267,12 +273,12 @@ class SessionStore:
                 with path.open("rb") as fh:
                     head = fh.read(16)
             except OSError as exc:
-                raise StateError(f"{path}: cannot read the state file: {exc.strerror}") from None
+                raise StateError(_("{path}: cannot read the state file: {error}").format(
+                    path=path, error=exc.strerror)) from None
             if head != SQLITE_MAGIC:
-                raise StateError(
-                    f"{path}: not a gputui state database (corrupt?); it was left untouched — "
-                    "move it aside to start afresh"
-                )
+                raise StateError(_(
+                    "{path}: not a gputui state database (corrupt?); it was left untouched — "
+                    "move it aside to start afresh").format(path=path))
         else:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -282,7 +288,8 @@ class SessionStore:
                 os.close(fd)
             except OSError as exc:
                 why = write_blocked(path, exc) or exc.strerror
-                raise StateError(f"{path}: cannot create the state file: {why}") from None
+                raise StateError(_("{path}: cannot create the state file: {why}").format(
+                    path=path, why=why)) from None
         try:
             conn = sqlite3.connect(
                 path, timeout=15, isolation_level=None, check_same_thread=False
@@ -297,10 +304,10 @@ class SessionStore:
                 row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is not None and int(row[0]) > SCHEMA_VERSION:
                 conn.close()
-                raise StateError(
-                    f"{path}: written by a newer gputui (schema {row[0]}, this one knows "
-                    f"{SCHEMA_VERSION}); it was left untouched — upgrade gputui"
-                )
+                raise StateError(_(
+                    "{path}: written by a newer gputui (schema {schema}, this one knows "
+                    "{known}); it was left untouched — upgrade gputui").format(
+                        path=path, schema=row[0], known=SCHEMA_VERSION))
             if row is None:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -322,9 +329,9 @@ class SessionStore:
                 conn.close()
             reason = write_blocked(path, exc)
             if reason is None:
-                raise StateError(
-                    f"{path}: the state database is unreadable ({exc}); it was left untouched"
-                ) from None
+                raise StateError(_(
+                    "{path}: the state database is unreadable ({error}); it was left "
+                    "untouched").format(path=path, error=exc)) from None
             # The file is fine; the disk or the folder will not take writes. Reading works:
             # commands that only read go on, every write is refused saying why.
             conn = self._connect_read_only(reason)
@@ -348,8 +355,8 @@ class SessionStore:
                 continue
             self.read_only = reason
             return conn
-        raise StateError(f"{path}: {reason}, and the state cannot be read either ({last}); "
-                         "it was left untouched")
+        raise StateError(_("{path}: {reason}, and the state cannot be read either ({error}); "
+                           "it was left untouched").format(path=path, reason=reason, error=last))
 
     def close(self) -> None:
         with self._lock:
@@ -366,14 +373,16 @@ class SessionStore:
     def _write_error(self, exc: Exception) -> StateError:
         why = write_blocked(self.path, exc)
         if why is not None:
-            return StateError(f"{self.path}: cannot save the change: {why}; nothing was changed")
-        return StateError(f"{self.path}: cannot write state: {exc}")
+            return StateError(_("{path}: cannot save the change: {why}; nothing was "
+                                "changed").format(path=self.path, why=why))
+        return StateError(_("{path}: cannot write state: {error}").format(path=self.path,
+                                                                          error=exc))
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         if self.read_only is not None:
-            raise StateError(f"{self.path}: cannot save the change: {self.read_only}; "
-                             "nothing was changed")
+            raise StateError(_("{path}: cannot save the change: {why}; nothing was "
+                               "changed").format(path=self.path, why=self.read_only))
         with self._lock:
             conn = self._conn
             try:
@@ -397,7 +406,8 @@ class SessionStore:
             try:
                 return self._conn.execute(sql, args).fetchall()
             except sqlite3.DatabaseError as exc:
-                raise StateError(f"{self.path}: cannot read state: {exc}") from None
+                raise StateError(_("{path}: cannot read state: {error}").format(
+                    path=self.path, error=exc)) from None
 
     def _load(self, model: type[M], data: str, what: str) -> M:
         try:
@@ -405,7 +415,8 @@ class SessionStore:
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
-            raise StateError(f"{self.path}: {what}: field '{where}': {err['msg']}") from None
+            raise StateError(_("{path}: {what}: field '{where}': {problem}").format(
+                path=self.path, what=what, where=where, problem=err["msg"])) from None
 
     def _load_rows(self, model: type[M], rows: list[tuple[str, str]], what: str) -> list[M]:
         """Every row that can be read. A row that cannot (a status this version does not know,
@@ -424,7 +435,8 @@ class SessionStore:
             seen = key in self.unreadable
             self.unreadable[key] = message
         if not seen:
-            self.notify(f"{message} — skipped and left untouched", "error")
+            self.notify(Deferred(N_("{problem} — skipped and left untouched"), problem=message),
+                        "error")
 
     def _log_change(self, conn: sqlite3.Connection, table: str, key: str) -> None:
         conn.execute(
@@ -771,8 +783,14 @@ class SessionStore:
     def notify(self, text: str, severity: str = "information", *, bell: bool = False,
                instance_id: str | None = None) -> None:
         """Tell the user (a toast in the console, a line on stderr for a command). The text is
-        sanitised here: notices quote remote output and API bodies."""
+        sanitised here: notices quote remote output and API bodies. A `Deferred` text is shown
+        in the interface's language (translated now, as it is shown) and kept in English for
+        a log (`Notice.log_text`)."""
+        from gputui.format import stored_text
         from gputui.sanitize import sanitize
 
-        self.emit(Notice(sanitize(text, 1000), severity, bell, instance_id))
+        english = sanitize(text, 1000)
+        shown_text = sanitize(stored_text(text), 1000) if isinstance(text, Deferred) else english
+        self.emit(Notice(shown_text, severity, bell, instance_id,
+                         None if shown_text == english else english))
 

@@ -226,11 +226,6 @@ NOT_YET = {
     "ui/catalog.py", "ui/catalog_views.py", "ui/create.py", "catalog/fit.py", "catalog/jobcost.py",
     "catalog/prices.py", "catalog/shapes.py", "catalog/specs.py", "services/catalog.py",
 
-    # money, leases and jobs
-    "ui/costs.py", "ui/jobs.py", "services/arming.py", "services/costs.py", "services/daemon.py",
-    "services/hub.py", "services/jobs.py", "services/jobs_runner.py", "services/leases.py",
-    "services/metrics.py", "services/views.py", "models.py", "store.py",
-
     # providers, SSH and transfers
     "providers/autodl.py", "providers/lambda_cloud.py", "providers/sandbox.py",
     "remote/ssh/link.py", "remote/transfer.py",

@@ -14,7 +14,7 @@ from gputui.cli.output import (
     report_unreadable,
     status_text,
 )
-from gputui.i18n import _, pad_cells, truncate_cells
+from gputui.i18n import _, pad_cells, shown, truncate_cells
 
 
 def cmd_costs(args: argparse.Namespace) -> int:
@@ -54,7 +54,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
                                   month=format_money(t.month, cur)))
     if combined is not None:
         print(_("all time, combined: {total} {note}").format(
-            total=format_money(combined.amount, combined.currency), note=combined.note))
+            total=format_money(combined.amount, combined.currency), note=shown(combined.note)))
     for row in rows:
         state = status_text("running") if row["running"] else end_reason_text(row["end_reason"])
         print(f"  {pad_cells(row['name'], 20)} {row['gpu_count']}× {pad_cells(row['gpu'], 22)} "

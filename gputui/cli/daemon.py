@@ -36,9 +36,10 @@ class Notifier:
     def __call__(self, notice: Notice) -> None:
         from gputui.nvidia.nvsmi import sanitize
 
-        text = sanitize(notice.text, 400)
+        text = sanitize(notice.text, 400)  # for a person: the interface's language
         stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
-        print(f"{stamp} {notice.severity}: {text}", file=sys.stderr, flush=True)
+        print(f"{stamp} {notice.severity}: {sanitize(notice.log_text, 400)}", file=sys.stderr,
+              flush=True)  # the log: English
         self._children = [c for c in self._children if c.poll() is None]
         if self.notify_send and (notice.bell or notice.severity != "information"):
             import subprocess

@@ -16,7 +16,7 @@ from gputui.cli.output import (
     run_async,
     status_text,
 )
-from gputui.i18n import _, pad_cells
+from gputui.i18n import _, pad_cells, shown
 
 
 def cmd_instances(args: argparse.Namespace) -> int:
@@ -128,7 +128,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
             for name in result.released:
                 print(_("released {name}").format(name=name))
             for err in result.errors:
-                print(_("error: {problem}").format(problem=err), file=sys.stderr)
+                print(_("error: {problem}").format(problem=shown(err)), file=sys.stderr)
         return 1 if result.errors else 0
 
     return run_async(args, body)

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from gputui.cli.output import CommandError, print_json, run_async
-from gputui.format import status_text
-from gputui.i18n import _
+from gputui.format import status_text, stored_text
+from gputui.i18n import _, shown
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -25,7 +25,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
         else:
             print(_("{name}: {status} — the GPU charge has stopped; `gputui start {name}` powers "
                     "it on again").format(name=fresh.name,
-                                          status=view["state_detail"] or status_text(fresh.status)))
+                                          status=stored_text(view["state_detail"])
+                                          or status_text(fresh.status)))
         return 0
 
     return run_async(args, body)
@@ -40,7 +41,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         if not inst.status.live:
             raise CommandError(_("{name} is {status}").format(name=inst.name,
                                                              status=status_text(inst.status)), 2)
-        progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr))
+        progress = None if args.json else (lambda m: print(f"  {status_text(m)}",
+                                                           file=sys.stderr))
         fresh = await services.start(inst, progress=progress)
         from gputui.services.leases import LeaseService
 
@@ -101,7 +103,7 @@ def cmd_account(args: argparse.Namespace) -> int:
                     "{spent}").format(provider=row["provider"], balance=m("balance"),
                                       vouchers=m("vouchers"), spent=m("lifetime_spend")))
             if row.get("runway"):
-                print("  " + _("runway: {runway}").format(runway=row["runway"]))
+                print("  " + _("runway: {runway}").format(runway=shown(row["runway"])))
         return 1 if failed else 0
 
     return run_async(args, body)

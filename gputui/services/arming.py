@@ -10,6 +10,7 @@ import math
 import shlex
 from datetime import datetime
 
+from gputui.i18n import N_, Deferred, _
 from gputui.models import Instance, Lease, LeaseState, as_utc, utcnow
 from gputui.services.hub import ServiceError, Services
 
@@ -100,20 +101,20 @@ class LeaseArmer:
             return lease
         provider = self.services.provider(inst.provider)
         on_instance = False
-        problems: list[str] = []
+        problems: list[Deferred] = []
         if provider.capabilities.power_off_stops_billing:
             try:  # the provider makes the instance reachable first (its endpoint may be new)
                 on_instance = await self._arm_on_instance(
                     inst, lease, keep_watchdog=verify,
                     keep_schedule=verify and not self._missing(inst, lease))
             except ServiceError as exc:
-                problems.append(f"on-instance timer: {exc}")
+                problems.append(Deferred(N_("on-instance timer: {error}"), error=str(exc)))
         provider_armed = False
         if provider.capabilities.scheduled_release:
             try:
                 provider_armed = await provider.schedule_release(inst, lease.release_at)
             except Exception as exc:  # the provider's own words, one line
-                problems.append(f"provider schedule: {exc}")
+                problems.append(Deferred(N_("provider schedule: {error}"), error=str(exc)))
         armed_for = lease.release_at
 
         def armed(le: Lease) -> Lease:
@@ -125,7 +126,8 @@ class LeaseArmer:
 
         lease = await self.store.update_lease(inst.id, armed)
         for problem in problems:
-            self.store.notify(f"{inst.name}: {problem} (the console still releases it on time)",
+            self.store.notify(Deferred(N_("{name}: {problem} (the console still releases it on "
+                                          "time)"), name=inst.name, problem=problem),
                               "warning", instance_id=inst.id)
         return lease
 
@@ -150,5 +152,6 @@ class LeaseArmer:
         result = await self.services.run(inst, "\n".join(commands) or "true", timeout=30)
         if result.exit_status != 0:
             err = (result.stderr or result.stdout).strip().splitlines()
-            raise ServiceError(err[-1] if err else f"exit {result.exit_status}")
+            raise ServiceError(err[-1] if err else _("exit {code}").format(
+                code=result.exit_status))
         return True

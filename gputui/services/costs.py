@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gputui.config import BudgetSettings
+from gputui.i18n import N_, Deferred, _
 from gputui.models import Instance, Lease, LedgerEntry, as_utc, money, utcnow
 
 ZERO = Decimal(0)
@@ -36,6 +37,7 @@ class InstanceCost:
 
     @property
     def billing_state(self) -> str:
+        """"billing", "storage only", "stopped" or "ended" (English; `status_text` shows it)."""
         inst = self.instance
         if inst.status.billing_compute:
             return "billing"
@@ -155,7 +157,7 @@ class Combined:
     amount: Decimal
     currency: str
     rate: Decimal  # CNY per USD
-    note: str  # says so: "at ¥7.10/$ (config)"
+    note: str  # says so: "at ¥7.10/$ (config)" (a Deferred: shown with `shown()`)
 
 
 def convert(amount: Decimal, currency: str, to: str, cny_per_usd: Decimal) -> Decimal:
@@ -165,7 +167,7 @@ def convert(amount: Decimal, currency: str, to: str, cny_per_usd: Decimal) -> De
         return amount / cny_per_usd
     if (currency, to) == ("USD", "CNY"):
         return amount * cny_per_usd
-    raise ValueError(f"no rate from {currency} to {to}")
+    raise ValueError(_("no rate from {currency} to {to}").format(currency=currency, to=to))
 
 
 def combine(amounts: dict[str, Decimal], to: str, cny_per_usd: Decimal | None,
@@ -178,7 +180,9 @@ def combine(amounts: dict[str, Decimal], to: str, cny_per_usd: Decimal | None,
         total = sum((convert(v, c, to, cny_per_usd) for c, v in amounts.items()), ZERO)
     except ValueError:
         return None
-    note = f"at ¥{cny_per_usd}/$ ({rate_note or 'your config'})"
+    # English (JSON prints it); shown with `shown()`
+    note = Deferred(N_("at ¥{rate}/$ ({source})"), rate=cny_per_usd,
+                    source=rate_note or Deferred(N_("your config")))
     return Combined(money(total), to, cny_per_usd, note)
 
 
@@ -202,19 +206,25 @@ class BudgetAlert:
         return int(self.spent / self.cap * 100) if self.cap > 0 else 0
 
     @property
-    def text(self) -> str:
+    def text(self) -> Deferred:
+        """The alert: English (a log keeps it), shown in the interface's language."""
         from gputui.format import format_money
 
-        what = {"daily": "today's spend", "monthly": "this month's spend"}.get(self.scope)
-        if what is None:  # a per-instance cap: say which instance
-            what = f"{self.instance_name or self.instance_id or 'an instance'} has cost"
-            cap = "its per-instance cap"
-        else:
-            what += " is"
-            cap = "the daily cap" if self.scope == "daily" else "the monthly cap"
-        return (f"Budget: {what} {self.percent} % of {cap} "
-                f"({format_money(self.spent, self.currency)} of "
-                f"{format_money(self.cap, self.currency)})")
+        # "%" stays out of the messages (it would read as a printf format)
+        figures = {"percent": f"{self.percent} %", "spent": format_money(self.spent, self.currency),
+                   "cap": format_money(self.cap, self.currency)}
+        if self.scope == "daily":
+            return Deferred(N_("Budget: today's spend is {percent} of the daily cap ({spent} "
+                               "of {cap})"), **figures)
+        if self.scope == "monthly":
+            return Deferred(N_("Budget: this month's spend is {percent} of the monthly cap "
+                               "({spent} of {cap})"), **figures)
+        name = self.instance_name or self.instance_id
+        if name is None:
+            return Deferred(N_("Budget: an instance has cost {percent} of its per-instance "
+                               "cap ({spent} of {cap})"), **figures)
+        return Deferred(N_("Budget: {name} has cost {percent} of its per-instance cap "
+                           "({spent} of {cap})"), name=name, **figures)
 
 
 @dataclass

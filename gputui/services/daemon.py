@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.errors import BadInput, GputuiError
+from gputui.i18n import N_, Deferred, _
 from gputui.models import utcnow
 from gputui.store import InstanceChanged, Notice
 
@@ -79,9 +80,12 @@ class DaemonLock:
         except BlockingIOError:
             os.close(fd)
             running = daemon_status(state_dir)
-            pid = f" (pid {running.pid})" if running else ""
-            raise DaemonRunning(f"a gputui daemon is already running for {state_dir}{pid}; "
-                                "see `gputui daemon status`") from None
+            if running:
+                raise DaemonRunning(_("a gputui daemon is already running for {state} (pid "
+                                      "{pid}); see `gputui daemon status`").format(
+                                          state=state_dir, pid=running.pid)) from None
+            raise DaemonRunning(_("a gputui daemon is already running for {state}; see "
+                                  "`gputui daemon status`").format(state=state_dir)) from None
         lock = cls(path, fd)
         lock.update(info)
         return lock
@@ -191,7 +195,7 @@ def systemd_unit(metrics: str | None = None, allow_remote: bool = False,
     ]
     for name in ("GPUTUI_HOME",):  # never a secret (API keys stay in config.toml, mode 0600)
         if env.get(name):
-            lines.append(f"Environment={name}={shlex.quote(env[name])}")
+            lines += [f"Environment={name}={shlex.quote(env[name])}"]  # a unit file: English
     lines += ["", "[Install]", "WantedBy=default.target", ""]
     return "\n".join(lines)
 
@@ -226,8 +230,8 @@ def install(state_dir: Path, *, systemd: bool | None = None, metrics: str | None
         systemd = systemd_available()
     if not systemd:
         line = cron_line(state_dir)
-        return Installed("cron", None, line, "add it with `crontab -e` (systemd is not running "
-                         "here)")
+        return Installed("cron", None, line, N_("add it with `crontab -e` (systemd is not "
+                                                "running here)"))  # JSON: English
     path = unit_path()
     text = systemd_unit(metrics, allow_remote)
     try:
@@ -236,7 +240,8 @@ def install(state_dir: Path, *, systemd: bool | None = None, metrics: str | None
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
-        raise GputuiError(f"{path}: cannot write the unit: {exc.strerror or exc}") from None
+        raise GputuiError(_("{path}: cannot write the unit: {error}").format(
+            path=path, error=exc.strerror or exc)) from None
     return Installed("systemd", path, text,
                      f"systemctl --user daemon-reload && systemctl --user enable --now {UNIT_NAME}")
 
@@ -301,7 +306,8 @@ class Daemon:
             await self.leases.tick(refresh=self.ticks % self.refresh_every == 0)
         except Exception as exc:  # the clock must keep going; say what went wrong
             self.errors += 1
-            self.store.notify(f"auto-release check failed: {type(exc).__name__}: {exc}", "error")
+            self.store.notify(Deferred(N_("auto-release check failed: {error}"),
+                                       error=f"{type(exc).__name__}: {exc}"), "error")
         self.ticks += 1
 
     async def run(self, stop: asyncio.Event) -> None:

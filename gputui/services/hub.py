@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gputui.config import Config, ensure_state_dir
 from gputui.errors import BadInput
-from gputui.format import format_money
-from gputui.i18n import _
+from gputui.format import format_money, status_text, status_word
+from gputui.i18n import N_, Deferred, _
 from gputui.models import (
     EndReason,
     Instance,
@@ -102,7 +102,7 @@ class ProviderSet(MutableMapping[str, "Provider"]):
         return out
 
     def values(self) -> list[Provider]:  # type: ignore[override]
-        return [p for _, p in self.items()]
+        return [p for _name, p in self.items()]
 
     def made(self) -> list[Provider]:
         return list(self._made.values())
@@ -129,7 +129,7 @@ def provider_class(name: str) -> type[Provider]:
     """The class of provider `name` (KeyError: no such provider)."""
     import importlib
 
-    module, _, cls = PROVIDER_CLASSES[name].partition(":")
+    module, _sep, cls = PROVIDER_CLASSES[name].partition(":")
     found: type[Provider] = getattr(importlib.import_module(module), cls)
     return found
 
@@ -253,7 +253,7 @@ class Services:
 
         offers = await self.offers(provider)
         if not offers:
-            raise ServiceError(f"{provider}: no offers")
+            raise ServiceError(_("{provider}: no offers").format(provider=provider))
         names = [o.gpu for o in offers]
         try:
             name = match_gpu(gpu, names, aliases=catalog_aliases(names))
@@ -304,8 +304,9 @@ class Services:
         except ProviderError as exc:
             if exc.outcome_unknown:  # kept: refresh finds it by its tag, or gives up on it
                 await self.store.put_instance(inst.model_copy(update={
-                    "status_detail": "launch outcome unknown: looking for it"}))
-                raise ServiceError(f"{exc} (it is listed as {inst.name}, requested)") from None
+                    "status_detail": Deferred(N_("launch outcome unknown: looking for it"))}))
+                raise ServiceError(_("{error} (it is listed as {name}, requested)").format(
+                    error=exc, name=inst.name)) from None
             await self._fail(inst, str(exc))
             raise ServiceError(str(exc)) from None
         await self.store.put_instance(inst)
@@ -355,7 +356,8 @@ class Services:
             try:
                 found = await provider.find_tagged(inst.id)
             except ProviderError as exc:
-                self.store.notify(f"could not check for a stray {inst.name}: {exc}", "warning")
+                self.store.notify(Deferred(N_("could not check for a stray {name}: {error}"),
+                                           name=inst.name, error=str(exc)), "warning")
                 continue
             if found is None or found.get("status") in ("terminating", "terminated"):
                 continue
@@ -369,22 +371,23 @@ class Services:
             try:
                 await provider.release(ran)
             except ProviderError as exc:
-                self.store.notify(
-                    f"{inst.name} was launched after all ({inst.provider} instance {pid}) and "
-                    f"terminating it failed: {exc} — terminate it in the provider's dashboard",
+                self.store.notify(Deferred(N_(
+                    "{name} was launched after all ({provider} instance {pid}) and "
+                    "terminating it failed: {error} — terminate it in the provider's dashboard"),
+                    name=inst.name, provider=inst.provider, pid=pid, error=str(exc)),
                     "error", bell=True, instance_id=inst.id)
                 continue
             ended = utcnow()
             ran.mark_ended(ended, "failed")
-            ran.status_detail = (f"launched after all (found by its tag as {pid}); "
-                                 "terminated by gputui")
+            ran.status_detail = Deferred(N_("launched after all (found by its tag as {pid}); "
+                                            "terminated by gputui"), pid=pid)
             entry = LedgerEntry.from_instance(ran, "failed", ended)
             await self.store.amend_ledger(entry, ran)
-            self.store.notify(
-                f"{inst.name} had been launched after all and ran unwatched; terminated it "
-                f"(billed about {format_money(entry.compute_cost, entry.currency)})", "warning",
-                bell=True,
-                instance_id=inst.id)
+            self.store.notify(Deferred(N_(
+                "{name} had been launched after all and ran unwatched; terminated it "
+                "(billed about {cost})"), name=inst.name,
+                cost=format_money(entry.compute_cost, entry.currency)), "warning",
+                bell=True, instance_id=inst.id)
             swept.append(inst.name)
         return swept
 
@@ -410,7 +413,8 @@ class Services:
             inst = await self.store.update_instance(
                 inst.id, lambda i: i.model_copy(update={"ssh": endpoint}))
         if inst.ssh is None:
-            raise ServiceError(f"{inst.name}: has no SSH endpoint (status {inst.status.value})")
+            raise ServiceError(_("{name}: has no SSH endpoint (status {status})").format(
+                name=inst.name, status=status_text(inst.status)))
         options: dict[str, Any] = dict(target_options)
         if accept_new_host_key:
             options["accept_new_host_key"] = True
@@ -437,11 +441,13 @@ class Services:
         """Power off through the provider (compute billing stops; the disk may still cost)."""
         provider = self.provider(inst.provider)
         if not provider.capabilities.stop_start:
-            raise InvalidRequest(f"{inst.name}: {inst.provider} cannot stop and start instances")
+            raise InvalidRequest(_("{name}: {provider} cannot stop and start instances").format(
+                name=inst.name, provider=inst.provider))
         if inst.status == InstanceStatus.STOPPED:
             return inst
         if inst.status not in (InstanceStatus.RUNNING, InstanceStatus.BOOTING):
-            raise InvalidRequest(f"{inst.name} is {inst.status.value}: nothing to stop")
+            raise InvalidRequest(_("{name} is {status}: nothing to stop").format(
+                name=inst.name, status=status_text(inst.status)))
         try:
             fresh = await provider.stop(inst)
         except ProviderError as exc:
@@ -454,12 +460,13 @@ class Services:
         """Power on again (the lease's deadline is re-armed where the provider can)."""
         provider = self.provider(inst.provider)
         if not provider.capabilities.stop_start:
-            raise InvalidRequest(f"{inst.name}: {inst.provider} cannot stop and start instances")
+            raise InvalidRequest(_("{name}: {provider} cannot stop and start instances").format(
+                name=inst.name, provider=inst.provider))
         if inst.status == InstanceStatus.RUNNING:
             return inst
         if inst.status != InstanceStatus.STOPPED:
-            raise InvalidRequest(f"{inst.name} is {inst.status.value}: only a stopped instance "
-                                 "starts")
+            raise InvalidRequest(_("{name} is {status}: only a stopped instance starts").format(
+                name=inst.name, status=status_text(inst.status)))
         lease = await self.store.get_lease(inst.id)
         release_at = lease.release_at if lease is not None and lease.state == "active" else None
         if progress:
@@ -482,7 +489,8 @@ class Services:
         """The provider's wallet (AutoDL: balance, vouchers, lifetime spend)."""
         provider = self.provider(provider_name)
         if not provider.capabilities.account:
-            raise InvalidRequest(f"{provider_name}: has no account balance to read")
+            raise InvalidRequest(_("{provider}: has no account balance to read").format(
+                provider=provider_name))
         try:
             return await provider.account()
         except ProviderError as exc:
@@ -501,7 +509,7 @@ class Services:
             if inst.status == InstanceStatus.REQUESTED:
                 # The console stopped between recording the request and the provider's answer,
                 # and the provider never made it: nothing ran, nothing bills.
-                await self._fail(inst, f"never created: {exc}")
+                await self._fail(inst, Deferred(N_("never created: {error}"), error=str(exc)))
                 return await self.store.get_instance(inst.id) or inst
             raise ServiceError(str(exc)) from None
         except (ProviderError, ServiceError) as exc:
@@ -549,7 +557,7 @@ class Services:
         reason = inst.end_reason if inst.status == InstanceStatus.RELEASING and inst.end_reason else reason
         inst = await self.store.update_instance(inst.id, lambda i: i.model_copy(update={
             "status": InstanceStatus.RELEASING, "end_reason": reason,
-            "status_detail": f"releasing ({reason})"}))
+            "status_detail": Deferred(N_("releasing ({reason})"), reason=reason)}))
         last_error = ""
         for attempt in range(attempts):
             try:
@@ -558,7 +566,7 @@ class Services:
                 break
             except ProviderError as exc:
                 last_error = str(exc)
-                detail = f"release failed, retrying: {last_error}"
+                detail = Deferred(N_("release failed, retrying: {error}"), error=last_error)
 
                 def retrying(i: Instance, detail: str = detail) -> Instance:
                     return i.model_copy(update={"status_detail": detail})
@@ -567,25 +575,29 @@ class Services:
                 if attempt + 1 < attempts:
                     await asyncio.sleep(backoff * 2**attempt)
         if last_error:
-            alarm = f"STILL BILLING — release failed: {last_error}"
+            alarm = Deferred(N_("STILL BILLING — release failed: {error}"), error=last_error)
 
             def still_billing(i: Instance, detail: str = alarm) -> Instance:
                 return i.model_copy(update={"status_detail": detail})
 
             await self.store.update_instance(inst.id, still_billing)
-            self.store.notify(f"{inst.name}: STILL BILLING — release failed: {last_error}",
+            self.store.notify(Deferred(N_("{name}: STILL BILLING — release failed: {error}"),
+                                       name=inst.name, error=last_error),
                               "error", bell=True, instance_id=inst.id)
-            raise ServiceError(f"{inst.name}: release failed: {last_error}")
+            raise ServiceError(_("{name}: release failed: {error}").format(name=inst.name,
+                                                                           error=last_error))
         # Verify through the provider: gone (or powered off where that stops the billing).
         try:
             confirmed = await provider.refresh(inst)
         except ProviderError:
             confirmed = inst  # a provider that cannot tell: its release call is our evidence
         if confirmed.status in (InstanceStatus.RUNNING, InstanceStatus.BOOTING):
-            self.store.notify(f"{inst.name}: the provider still shows it {confirmed.status.value}"
-                              " after release — check it by hand", "error", bell=True,
+            self.store.notify(Deferred(N_("{name}: the provider still shows it {status} after "
+                                          "release — check it by hand"), name=inst.name,
+                                       status=status_word(confirmed.status)), "error", bell=True,
                               instance_id=inst.id)
-            raise ServiceError(f"{inst.name}: still {confirmed.status.value} after release")
+            raise ServiceError(_("{name}: still {status} after release").format(
+                name=inst.name, status=status_text(confirmed.status)))
         ended = confirmed.model_copy() if not confirmed.status.live else inst.model_copy()
         if ended.status.live:
             ended.mark_ended(utcnow(), reason)

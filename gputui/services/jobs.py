@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gputui.errors import BadInput, NotFound
+from gputui.format import status_text, status_word
+from gputui.i18n import N_, Deferred, _
 from gputui.models import Instance, InstanceStatus, as_utc, money, utcnow
 from gputui.services.hub import ServiceError, Services
 from gputui.store import LeaseChanged
@@ -83,11 +86,14 @@ def parse_gpus(text: str | None, gpu_count: int | None = None) -> tuple[int, ...
     try:
         gpus = tuple(sorted({int(p) for p in text.split(",") if p.strip()}))
     except ValueError:
-        raise BadInput(f"--gpus: {text!r} is not a list of GPU indices like 0,1") from None
+        raise BadInput(_("--gpus: {text} is not a list of GPU indices like 0,1").format(
+            text=repr(text))) from None
     if not gpus or any(g < 0 for g in gpus):
-        raise BadInput(f"--gpus: {text!r} is not a list of GPU indices like 0,1")
+        raise BadInput(_("--gpus: {text} is not a list of GPU indices like 0,1").format(
+            text=repr(text)))
     if gpu_count is not None and gpus[-1] >= gpu_count:
-        raise BadInput(f"--gpus: the instance has GPUs 0-{gpu_count - 1}, not {gpus[-1]}")
+        raise BadInput(_("--gpus: the instance has GPUs 0-{last}, not {gpu}").format(
+            last=gpu_count - 1, gpu=gpus[-1]))
     return gpus
 
 
@@ -96,13 +102,14 @@ def read_runs_file(path: Path) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise BadInput(f"--file: {path}: no such file") from None
+        raise BadInput(_("--file: {path}: no such file").format(path=path)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"--file: {path}: cannot read it ({exc})") from None
+        raise BadInput(_("--file: {path}: cannot read it ({error})").format(
+            path=path, error=exc)) from None
     lines = [ln.strip() for ln in text.splitlines()]
     commands = [ln for ln in lines if ln and not ln.startswith("#")]
     if not commands:
-        raise BadInput(f"--file: {path}: no commands in it")
+        raise BadInput(_("--file: {path}: no commands in it").format(path=path))
     return commands
 
 
@@ -190,8 +197,8 @@ class QueueView:
         for j in self.jobs:
             if j.id == job_id:
                 return j
-        raise UnknownJob(f"no job {job_id} on this instance (ids: "
-                         f"{', '.join(j.id for j in self.jobs) or 'none yet'})")
+        raise UnknownJob(_("no job {job_id} on this instance (ids: {ids})").format(
+            job_id=job_id, ids=", ".join(j.id for j in self.jobs) or _("none yet")))
 
 
 # -- the local when-done record --------------------------------------------------------------
@@ -222,7 +229,8 @@ def load_when_done(services: Services, instance_id: str) -> WhenDone | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError) as exc:
-        raise JobError(f"{path}: unreadable when-done record: {exc}") from None
+        raise JobError(_("{path}: unreadable when-done record: {error}").format(
+            path=path, error=exc)) from None
 
 
 def save_when_done(services: Services, instance_id: str, rec: WhenDone) -> None:
@@ -258,7 +266,8 @@ class JobService:
     # -- the runner ------------------------------------------------------------------------
     async def _link(self, inst: Instance) -> Any:
         if not inst.status.live or inst.status == InstanceStatus.STOPPED:
-            raise JobError(f"{inst.name} is {inst.status.value}: its queue cannot be reached")
+            raise JobError(_("{name} is {status}: its queue cannot be reached").format(
+                name=inst.name, status=status_text(inst.status)))
         return await self.services.link(inst)
 
     async def _runner(self, inst: Instance, args: str, *, input: str | None = None,
@@ -284,7 +293,8 @@ class JobService:
             f'cat > "$HOME/{RUNNER_FILE}.$$" && mv "$HOME/{RUNNER_FILE}.$$" "$HOME/{RUNNER_FILE}"',
             input=runner_source(), timeout=60)
         if result.exit_status != 0:
-            raise JobError(f"cannot write the runner to the instance: {_last(result)}")
+            raise JobError(_("cannot write the runner to the instance: {error}").format(
+                error=_last(result)))
 
     async def _json(self, inst: Instance, args: str, *, input: str | None = None) -> Any:
         result = await self._runner(inst, args, input=input)
@@ -293,19 +303,21 @@ class JobService:
         if result.exit_status == 3:
             raise BadInput(f"{inst.name}: {_last(result)}")
         if result.exit_status != 0:
-            raise JobError(f"{inst.name}: the queue runner failed: {_last(result)}")
+            raise JobError(_("{name}: the queue runner failed: {error}").format(
+                name=inst.name, error=_last(result)))
         try:
             return json.loads(result.stdout)
         except ValueError:
-            raise JobError(f"{inst.name}: the queue runner said something unreadable") from None
+            raise JobError(_("{name}: the queue runner said something unreadable").format(
+                name=inst.name)) from None
 
     # -- queue ------------------------------------------------------------------------------
     async def add(self, inst: Instance, specs: list[JobSpec]) -> list[str]:
         if not specs:
-            raise BadInput("nothing to queue")
+            raise BadInput(_("nothing to queue"))
         for spec in specs:
             if not spec.command.strip():
-                raise BadInput("an empty command cannot be queued")
+                raise BadInput(_("an empty command cannot be queued"))
             parse_gpus(",".join(map(str, spec.gpus)) if spec.gpus else None, inst.gpu_count)
         out = await self._json(inst, "add", input=json.dumps([s.as_json() for s in specs]))
         rec = load_when_done(self.services, inst.id)
@@ -386,8 +398,10 @@ class JobService:
         result = await self._runner(inst, f"tail {job_id} {int(lines)}")
         if result.exit_status != 0:
             if result.exit_status == 4:
-                raise UnknownJob(f"{inst.name}: no job {job_id}")
-            raise JobError(f"{inst.name}: cannot read the log of job {job_id}: {_last(result)}")
+                raise UnknownJob(_("{name}: no job {job_id}").format(name=inst.name,
+                                                                     job_id=job_id))
+            raise JobError(_("{name}: cannot read the log of job {job_id}: {error}").format(
+                name=inst.name, job_id=job_id, error=_last(result)))
         return [clean_line(line) for line in result.stdout.splitlines()]
 
     async def follow(self, inst: Instance, job_id: str, on_line: Callable[[str], None]) -> None:
@@ -409,7 +423,7 @@ class JobService:
                         if not line:
                             held += 1
                             continue
-                        for _ in range(held):
+                        for _n in range(held):
                             seen += 1
                             on_line("")
                         held = 0
@@ -418,7 +432,8 @@ class JobService:
                 return
             except CommandFailed as exc:
                 if exc.exit_status == 4:
-                    raise UnknownJob(f"{inst.name}: no job {job_id}") from None
+                    raise UnknownJob(_("{name}: no job {job_id}").format(
+                        name=inst.name, job_id=job_id)) from None
                 raise JobError(f"{inst.name}: {exc}") from None
             except LinkDown:
                 await asyncio.sleep(0.5)
@@ -453,15 +468,17 @@ class JobService:
         provider = self.services.provider(inst.provider)
         caps = provider.capabilities
         if policy == "stop" and not (caps.stop_start or caps.power_off_stops_billing):
-            raise BadInput(f"{inst.name}: {inst.provider} cannot stop an instance and keep its "
-                           "disk; choose release or keep")
+            raise BadInput(_("{name}: {provider} cannot stop an instance and keep its disk; "
+                             "choose release or keep").format(name=inst.name,
+                                                             provider=inst.provider))
         pulls = list(pulls or [])
         if pulls:
             with contextlib.suppress(ServiceError):  # a power-off nobody has seen yet
                 inst = await self.services.refresh(inst)
             if inst.ssh is None or inst.status != InstanceStatus.RUNNING:
-                raise BadInput(f"{inst.name}: no way to pull results from it "
-                               f"({'no SSH endpoint' if inst.ssh is None else inst.status.value})")
+                raise BadInput(_("{name}: no way to pull results from it ({why})").format(
+                    name=inst.name, why=_("no SSH endpoint") if inst.ssh is None
+                    else status_text(inst.status)))
             link = await self._link(inst)
             from gputui.remote.ssh import SSHLayerError
 
@@ -472,7 +489,8 @@ class JobService:
             for remote, _local in pulls:
                 remote_relpath(remote, home, inside_home=True)  # outside the home: bad input
         elif policy == "release" and caps.power_off_stops_billing is False and inst.ssh is None:
-            raise BadInput(f"{inst.name}: no SSH endpoint, so no way to tell when the queue ends")
+            raise BadInput(_("{name}: no SSH endpoint, so no way to tell when the queue "
+                             "ends").format(name=inst.name))
         rec = WhenDone(policy=policy, pulls=[{"remote": r, "local": str(loc)} for r, loc in pulls],
                        grace_s=grace_s, set_at=utcnow().isoformat())
         lease = await self.store.get_lease(inst.id)
@@ -500,7 +518,8 @@ class JobService:
                 done.append(await pull(link, item["remote"], Path(item["local"]),
                                        progress=progress, inside_home=True))
             except (TransferError, SSHLayerError) as exc:
-                raise JobError(f"{inst.name}: pulling {item['remote']}: {exc}") from None
+                raise JobError(_("{name}: pulling {remote}: {error}").format(
+                    name=inst.name, remote=item["remote"], error=exc)) from None
         return done
 
     async def finish(self, inst: Instance, *, force: bool = False) -> str | None:
@@ -520,16 +539,18 @@ class JobService:
             if rec.pending_pull:
                 provider = self.services.provider(inst.provider)
                 if not provider.capabilities.stop_start or rec.policy == "keep":
-                    self._alarm(inst, f"{inst.name} powered itself off after its queue; the "
-                                f"results asked for ({_pulls(rec)}) are not home yet, so it is "
-                                f"kept — {inst.provider} cannot start it again from here: fetch "
-                                "them from its disk, then release it")
+                    self._alarm(inst, Deferred(N_(
+                        "{name} powered itself off after its queue; the results asked for "
+                        "({pulls}) are not home yet, so it is kept — {provider} cannot start it "
+                        "again from here: fetch them from its disk, then release it"),
+                        name=inst.name, pulls=_pulls(rec), provider=inst.provider))
                     return "kept"
                 try:  # power it on to bring the results home, then finish
                     inst = await self.services.start(inst)
                 except (ServiceError, BadInput) as exc:
-                    self._alarm(inst, f"{inst.name}: could not start it to pull its results "
-                                f"({exc}); kept")
+                    self._alarm(inst, Deferred(N_("{name}: could not start it to pull its "
+                                                  "results ({error}); kept"),
+                                               name=inst.name, error=str(exc)))
                     return "kept"
             outcome = await self._complete(inst, rec)
             return outcome
@@ -578,8 +599,10 @@ class JobService:
             try:
                 await self.pull_results(inst, rec)
             except (JobError, BadInput) as exc:
-                self._alarm(inst, f"{inst.name}: its queue ended but the results could not be "
-                            f"pulled ({exc}); it is kept, not {rec.policy}d")
+                self._alarm(inst, Deferred(N_(
+                    "{name}: its queue ended but the results could not be pulled ({error}); it "
+                    "is kept, not {done}"), name=inst.name, error=str(exc),
+                    done=_outcome(_POLICY_DONE.get(rec.policy, rec.policy))))
                 return "kept"
             rec.pulled_at = utcnow().isoformat()
             save_when_done(self.services, inst.id, rec)
@@ -596,9 +619,12 @@ class JobService:
         rec.outcome = outcome
         save_when_done(self.services, inst.id, rec)
         self.store.emit(LeaseChanged(inst.id))
-        self.store.notify(f"{inst.name}: queue done — {outcome}"
-                          + (f", results in {_locals(rec)}" if rec.pulls else ""),
-                          "information", bell=True, instance_id=inst.id)
+        self.store.notify(
+            Deferred(N_("{name}: queue done — {outcome}, results in {where}"), name=inst.name,
+                     outcome=_outcome(outcome), where=_locals(rec)) if rec.pulls else
+            Deferred(N_("{name}: queue done — {outcome}"), name=inst.name,
+                     outcome=_outcome(outcome)),
+            "information", bell=True, instance_id=inst.id)
         return outcome
 
     async def _stop(self, inst: Instance) -> None:
@@ -608,7 +634,8 @@ class JobService:
         else:
             result = await self.services.run(inst, "shutdown -h now", timeout=30)
             if result.exit_status != 0:
-                raise JobError(f"{inst.name}: power-off failed: {_last(result)}")
+                raise JobError(_("{name}: power-off failed: {error}").format(
+                    name=inst.name, error=_last(result)))
         with contextlib.suppress(ServiceError):
             await self.services.refresh(inst)
 
@@ -634,13 +661,14 @@ class JobService:
                 except (JobError, BadInput, ServiceError) as exc:
                     why = str(exc)
         else:
-            why = f"it is {inst.status.value}"
-        self._alarm(inst, f"{inst.name}: due for release but the results asked for "
-                    f"({_pulls(rec)}) are not home ({why}); kept — pull them, or release it by "
-                    "hand")
+            why = Deferred(N_("it is {status}"), status=status_word(inst.status))
+        self._alarm(inst, Deferred(N_(
+            "{name}: due for release but the results asked for ({pulls}) are not home ({why}); "
+            "kept — pull them, or release it by hand"), name=inst.name, pulls=_pulls(rec),
+            why=why))
         return False
 
-    def _alarm(self, inst: Instance, text: str) -> None:
+    def _alarm(self, inst: Instance, text: Deferred) -> None:
         now = time.monotonic()
         if now - _last_alarm.get(inst.id, -1e9) < ALARM_EVERY_S:
             return
@@ -657,7 +685,8 @@ async def on_tick(services: Services, inst: Instance) -> str | None:
     try:
         return await JobService(services).finish(inst)
     except (JobError, BadInput) as exc:
-        services.store.notify(f"{inst.name}: when-done: {exc}", "warning", instance_id=inst.id)
+        services.store.notify(Deferred(N_("{name}: when-done: {error}"), name=inst.name,
+                                       error=str(exc)), "warning", instance_id=inst.id)
         return None
 
 
@@ -677,11 +706,14 @@ def when_done_label(services: Services, instance_id: str, *, short: bool = False
         return None
     if rec is None or rec.done_at is not None or rec.policy == "keep" and not rec.pulls:
         return None
-    verb = {"release": "release", "stop": "stop", "keep": "pull"}[rec.policy]
     if short:
-        return f"{verb} at queue end"
-    pull = " (pull first)" if rec.pulls and rec.policy != "keep" else ""
-    return f"{verb} when the queue ends{pull}"
+        return _({"release": N_("release at queue end"), "stop": N_("stop at queue end"),
+                  "keep": N_("pull at queue end")}[rec.policy])
+    if rec.pulls and rec.policy != "keep":
+        return _({"release": N_("release when the queue ends (pull first)"),
+                  "stop": N_("stop when the queue ends (pull first)")}[rec.policy])
+    return _({"release": N_("release when the queue ends"), "stop": N_("stop when the queue ends"),
+              "keep": N_("pull when the queue ends")}[rec.policy])
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -698,7 +730,8 @@ def clean_line(line: str) -> str:
 def _job_id(text: str) -> str:
     text = str(text).strip()
     if not text.isdigit():
-        raise UnknownJob(f"{text!r} is not a job id (ids are numbers: 1, 2, ...)")
+        raise UnknownJob(_("{text} is not a job id (ids are numbers: 1, 2, ...)").format(
+            text=repr(text)))
     return str(int(text))
 
 
@@ -709,11 +742,45 @@ def _num(value: Any) -> float | None:
         return None
 
 
+# What the queue runner on the instance answers (in English: it has no catalogs), as a
+# person reads it here.
+RUNNER_SAYS = (
+    (re.compile(r"no job (?P<job_id>\S+)"), N_("no job {job_id}")),
+    (re.compile(r"job (?P<job_id>\S+) already (?P<status>\w+)"),
+     N_("job {job_id} already {status}")),
+    (re.compile(r"job (?P<job_id>\S+) is (?P<status>\w+)"), N_("job {job_id} is {status}")),
+    (re.compile(r"unknown command (?P<command>.+)"), N_("unknown command {command}")),
+    (re.compile(r"no python3 on the instance"), N_("no python3 on the instance")),
+)
+
+
+def runner_said(line: str) -> str:
+    """A line from the runner in the interface's language (other lines as they are)."""
+    for rx, template in RUNNER_SAYS:
+        m = rx.fullmatch(line)
+        if m is not None:
+            words = {k: status_text(v) if k == "status" else v
+                     for k, v in m.groupdict().items()}
+            return _(template).format(**words)
+    return line
+
+
 def _last(result: Any) -> str:
     from gputui.nvidia.nvsmi import sanitize
 
     lines = (result.stderr or result.stdout or "").strip().splitlines()
-    return sanitize(lines[-1], 300) if lines else f"exit {result.exit_status}"
+    return runner_said(sanitize(lines[-1], 300)) if lines else _("exit {code}").format(
+        code=result.exit_status)
+
+
+# What a queue's end did, shown in the interface's language (English in a log).
+_OUTCOMES = {"released": N_("released"), "stopped": N_("stopped"), "pulled": N_("pulled"),
+             "kept": N_("kept")}
+_POLICY_DONE = {"release": "released", "stop": "stopped", "keep": "kept"}
+
+
+def _outcome(word: str) -> Deferred:
+    return Deferred(_OUTCOMES.get(word, word))
 
 
 def _pulls(rec: WhenDone) -> str:

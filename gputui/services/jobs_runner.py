@@ -243,14 +243,21 @@ def cmd_list():
     return 0
 
 
+def _say(line):
+    """A one-line answer on stderr. English, always: this file runs on the instance without
+    gputui's catalogs; gputui shows these lines in the user's language (`RUNNER_SAYS` in
+    gputui/services/jobs.py lists each of them)."""
+    sys.stderr.write(line + "\n")
+
+
 def cmd_cancel(job_id):
     with Locked():
         run = load(job_id) if job_id.isdigit() else None
         if run is None:
-            sys.stderr.write("no job %s\n" % job_id)
+            _say("no job %s" % job_id)
             return 4
         if run["status"] in FINAL:
-            sys.stderr.write("job %s already %s\n" % (job_id, run["status"]))
+            _say("job %s already %s" % (job_id, run["status"]))
             return 3
         if run["status"] == "queued":
             save_state(job_id, status="cancelled", ended_at=now_iso())
@@ -263,10 +270,10 @@ def cmd_cancel(job_id):
 def cmd_retry(job_id):
     run = load(job_id) if job_id.isdigit() else None
     if run is None:
-        sys.stderr.write("no job %s\n" % job_id)
+        _say("no job %s" % job_id)
         return 4
     if run["status"] not in FINAL:
-        sys.stderr.write("job %s is %s\n" % (job_id, run["status"]))
+        _say("job %s is %s" % (job_id, run["status"]))
         return 3
     spec = {k: run.get(k) for k in ("name", "command", "cwd", "gpus", "retries")}
     sys.stdin = _Text(json.dumps([spec]))
@@ -297,7 +304,7 @@ def cmd_when_done():
 def cmd_tail(job_id, n):
     run = load(job_id) if job_id.isdigit() else None
     if run is None:
-        sys.stderr.write("no job %s\n" % job_id)
+        _say("no job %s" % job_id)
         return 4
     with open(run["log"], "rb") as fh:
         fh.seek(0, 2)
@@ -314,7 +321,7 @@ def cmd_tail(job_id, n):
 def cmd_follow(job_id, skip=0):
     run = load(job_id) if job_id.isdigit() else None
     if run is None:
-        sys.stderr.write("no job %s\n" % job_id)
+        _say("no job %s" % job_id)
         return 4
     path = run["log"]
     line_no = 0
@@ -626,7 +633,7 @@ def main(argv):
     if cmd == "version":
         sys.stdout.write("%d\n" % VERSION)
         return 0
-    sys.stderr.write("unknown command %s\n" % cmd)
+    _say("unknown command %s" % cmd)
     return 2
 
 

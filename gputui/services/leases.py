@@ -21,7 +21,8 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from gputui.i18n import _
+from gputui.format import end_reason_word
+from gputui.i18n import N_, Deferred, _
 from gputui.models import EndReason, Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
 from gputui.services.arming import (  # noqa: F401 - re-exported: where they always were
     WATCHDOG_FILE,
@@ -133,7 +134,8 @@ class LeaseService(LeaseArmer):
                 try:
                     inst = await self.services.refresh(inst)
                 except ServiceError as exc:
-                    result.errors.append(f"{inst.name}: {exc}")
+                    result.errors.append(Deferred("{name}: {error}", name=inst.name,
+                                                  error=str(exc)))
                 if not inst.status.live:
                     continue
             self._warn_wipe(inst, now)
@@ -141,7 +143,8 @@ class LeaseService(LeaseArmer):
             if done in ("released", "kept"):
                 (result.released if done == "released" else result.errors).append(
                     inst.name if done == "released" else
-                    f"{inst.name}: kept: the results its queue was to bring home are not home")
+                    Deferred(N_("{name}: kept: the results its queue was to bring home are not "
+                                "home"), name=inst.name))
                 continue
             lease = leases.get(inst.id)
             if lease is None or lease.state != LeaseState.ACTIVE:
@@ -151,14 +154,15 @@ class LeaseService(LeaseArmer):
                 await self._power_off_at_deadline(inst, reason, result)
                 continue
             if reason and not await self._results_home(inst):
-                result.errors.append(f"{inst.name}: kept: its results are not pulled yet")
+                result.errors.append(Deferred(N_("{name}: kept: its results are not pulled yet"),
+                                              name=inst.name))
                 continue
             if reason:
                 # a release that failed (already retried with backoff, STILL BILLING raised)
                 # is tried again later, 30 s doubling to 10 min: not on every tick
                 if time.monotonic() < self._release_retry_at.get(inst.id, 0.0):
-                    result.errors.append(f"{inst.name}: STILL BILLING — release failed; "
-                                         "retrying")
+                    result.errors.append(Deferred(N_("{name}: STILL BILLING — release failed; "
+                                                     "retrying"), name=inst.name))
                     continue
                 try:
                     if await self.services.release(inst, reason) is None:
@@ -166,14 +170,16 @@ class LeaseService(LeaseArmer):
                     result.released.append(inst.name)
                     self._release_retry_at.pop(inst.id, None)
                     self._release_gap.pop(inst.id, None)
-                    self.store.notify(f"{inst.name} released ({reason})", "information",
+                    self.store.notify(Deferred(N_("{name} released ({reason})"), name=inst.name,
+                                               reason=end_reason_word(reason)), "information",
                                       bell=True, instance_id=inst.id)
                 except ServiceError as exc:
                     result.errors.append(str(exc))
                     gap = min(600.0, self._release_gap.get(inst.id, 15.0) * 2)
                     self._release_gap[inst.id] = gap
                     self._release_retry_at[inst.id] = time.monotonic() + gap
-                    self.store.notify(f"{inst.name}: could not release: {exc}", "error",
+                    self.store.notify(Deferred(N_("{name}: could not release: {error}"),
+                                               name=inst.name, error=str(exc)), "error",
                                       bell=True, instance_id=inst.id)
                 continue
             if inst.status == InstanceStatus.RUNNING:
@@ -210,7 +216,8 @@ class LeaseService(LeaseArmer):
         try:
             armed = await self.arm(inst, verify=True)
         except ServiceError as exc:
-            result.errors.append(f"{inst.name}: re-arming: {exc}")
+            result.errors.append(Deferred(N_("{name}: re-arming: {error}"), name=inst.name,
+                                          error=str(exc)))
             armed = None
         self._verified.add(inst.id)
         if armed is not None and not self._missing(inst, armed):
@@ -242,7 +249,8 @@ class LeaseService(LeaseArmer):
                     if await self.services.release(inst, "budget") is None:
                         continue  # released (or being released) by another process
                     result.released.append(inst.name)
-                    self.store.notify(f"{inst.name} released: budget cap reached", "error",
+                    self.store.notify(Deferred(N_("{name} released: budget cap reached"),
+                                               name=inst.name), "error",
                                       bell=True, instance_id=inst.id)
                 except ServiceError as exc:
                     result.errors.append(str(exc))
@@ -261,27 +269,31 @@ class LeaseService(LeaseArmer):
                 await self.services.stop(inst)
         except ServiceError as exc:
             result.errors.append(str(exc))
-            self.store.notify(f"{inst.name}: could not power off: {exc}", "error", bell=True,
+            self.store.notify(Deferred(N_("{name}: could not power off: {error}"),
+                                       name=inst.name, error=str(exc)), "error", bell=True,
                               instance_id=inst.id)
             return
         await self.services._close_lease(inst.id, fired=True)
         result.released.append(inst.name)
-        self.store.notify(f"{inst.name} powered off ({reason}); its disk stays until you "
-                          "release it", "information", bell=True, instance_id=inst.id)
+        self.store.notify(Deferred(N_("{name} powered off ({reason}); its disk stays until you "
+                                      "release it"), name=inst.name,
+                                   reason=end_reason_word(reason)),
+                          "information", bell=True, instance_id=inst.id)
 
     def _warn_wipe(self, inst: Instance, now: datetime) -> None:
         """A day before a provider wipes a stopped instance (AutoDL: 15 days shut down), say so
         once: starting it resets the clock."""
-        from gputui.services.views import WIPE_AFTER_STOPPED_DAYS, deletion_clock
+        from gputui.services.views import WIPE_AFTER_STOPPED_DAYS, deletion_note
 
         days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
         if inst.status != InstanceStatus.STOPPED or days is None or inst.id in self._wipe_warned:
             return
-        text, warn = deletion_clock(inst.stopped_at, days, now)
+        text, warn = deletion_note(inst.stopped_at, days, now)
         if warn:
             self._wipe_warned.add(inst.id)
-            self.store.notify(f"{inst.name}: {text} — {inst.provider} releases it and wipes its "
-                              f"data; start it (s on Home) or save what you need",
+            self.store.notify(Deferred(N_("{name}: {clock} — {provider} releases it and wipes "
+                                          "its data; start it (s on Home) or save what you need"),
+                                       name=inst.name, clock=text, provider=inst.provider),
                               "warning", bell=True, instance_id=inst.id)
 
     def _due(self, inst: Instance, lease: Lease, now: datetime) -> EndReason | None:
@@ -329,9 +341,9 @@ class LeaseService(LeaseArmer):
 
                 await self.store.update_lease(inst.id, warned)
                 mins = max(1, math.ceil(left / 60))
-                self.store.notify(
-                    f"{inst.name} will be released in {mins} min — on Home, e extends 1 h, E 30 min",
-                    "warning", bell=True, instance_id=inst.id)
+                self.store.notify(Deferred(N_(
+                    "{name} will be released in {mins} min — on Home, e extends 1 h, E 30 min"),
+                    name=inst.name, mins=mins), "warning", bell=True, instance_id=inst.id)
                 result.warned.append(inst.name)
                 break
 

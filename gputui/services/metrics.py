@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from gputui.errors import BadInput
+from gputui.i18n import _
 from gputui.models import Instance, LinkState, utcnow
 from gputui.nvidia.nvsmi import sanitize
 
@@ -54,15 +55,18 @@ def parse_listen(text: str, *, allow_remote: bool = False, flag: str = "--listen
     raw = (text or "").strip()
     host, sep, port_text = raw.rpartition(":")
     if not sep or not host:
-        raise BadInput(f"{flag}: {text!r} is not HOST:PORT (e.g. {DEFAULT_LISTEN})")
+        raise BadInput(_("{flag}: {text} is not HOST:PORT (e.g. {example})").format(
+            flag=flag, text=repr(text), example=DEFAULT_LISTEN))
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     try:
         port = int(port_text)
     except ValueError:
-        raise BadInput(f"{flag}: {port_text!r} is not a port number") from None
+        raise BadInput(_("{flag}: {text} is not a port number").format(
+            flag=flag, text=repr(port_text))) from None
     if not 0 <= port <= 65535:
-        raise BadInput(f"{flag}: port {port} is out of range (0-65535)")
+        raise BadInput(_("{flag}: port {port} is out of range (0-65535)").format(flag=flag,
+                                                                                port=port))
     if host == "localhost":
         loopback = True
     else:
@@ -71,8 +75,9 @@ def parse_listen(text: str, *, allow_remote: bool = False, flag: str = "--listen
         except ValueError:
             loopback = False  # a host name: it may resolve anywhere
     if not loopback and not allow_remote:
-        raise BadInput(f"{flag}: {host} is not a loopback address; metrics name your instances "
-                       "and spending — add --allow-remote to serve them to other machines")
+        raise BadInput(_("{flag}: {host} is not a loopback address; metrics name your "
+                         "instances and spending — add --allow-remote to serve them to other "
+                         "machines").format(flag=flag, host=host))
     return host, port
 
 
@@ -261,10 +266,11 @@ def serve_metrics(listen: str, collector: FleetCollector, *, allow_remote: bool 
         httpd, thread = start_http_server(port, addr=host, registry=registry_for(collector))
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise BadInput(f"{flag}: {host}:{port} is in use (another program listens there; "
-                           "choose another port)") from None
-        raise BadInput(f"{flag}: cannot listen on {host}:{port}: "
-                       f"{exc.strerror or exc}") from None
+            raise BadInput(_("{flag}: {host}:{port} is in use (another program listens "
+                             "there; choose another port)").format(flag=flag, host=host,
+                                                                  port=port)) from None
+        raise BadInput(_("{flag}: cannot listen on {host}:{port}: {error}").format(
+            flag=flag, host=host, port=port, error=exc.strerror or exc)) from None
     return MetricsServer(httpd, thread)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gputui.i18n import N_, Deferred
 from gputui.models import Instance, Lease, utcnow
 
 
@@ -39,50 +40,63 @@ def instance_view(inst: Instance, lease: Lease | None, now: datetime | None = No
 WIPE_AFTER_STOPPED_DAYS = {"autodl": 15}
 
 
-def deletion_clock(stopped_at: datetime | None, days: int, now: datetime | None = None
-                   ) -> tuple[str, bool]:
-    """("stopped 3 d · wiped in 12 d", warn): warn from a day before the wipe."""
+def deletion_note(stopped_at: datetime | None, days: int, now: datetime | None = None
+                  ) -> tuple[Deferred, bool]:
+    """("stopped 3 d · wiped in 12 d", warn), English as JSON keeps it and shown in the
+    interface's language with `shown()`: warn from a day before the wipe."""
     if stopped_at is None:
-        return "stopped", False
+        return Deferred(N_("stopped")), False
     now = now or utcnow()
     gone = max(0.0, (now - stopped_at).total_seconds())
     left = days * 86400 - gone
 
-    def span(s: float) -> str:
+    def span(s: float) -> Deferred:
         if s >= 86400:
-            return f"{int(s // 86400)} d"
+            return Deferred(N_("{n} d"), n=int(s // 86400))
         if s >= 3600:
-            return f"{int(s // 3600)} h"
-        return f"{max(0, int(s // 60))} min"
+            return Deferred(N_("{n} h"), n=int(s // 3600))
+        return Deferred(N_("{n} min"), n=max(0, int(s // 60)))
 
     if left <= 0:
-        return f"stopped {span(gone)} · wiped by now", True
-    return f"stopped {span(gone)} · wiped in {span(left)}", left <= 86400
+        return Deferred(N_("stopped {gone} · wiped by now"), gone=span(gone)), True
+    return (Deferred(N_("stopped {gone} · wiped in {left}"), gone=span(gone), left=span(left)),
+            left <= 86400)
+
+
+def deletion_clock(stopped_at: datetime | None, days: int, now: datetime | None = None
+                   ) -> tuple[str, bool]:
+    """("stopped 3 d · wiped in 12 d", warn) in the interface's language: warn from a day
+    before the wipe."""
+    note, warn = deletion_note(stopped_at, days, now)
+    return note.translated(), warn
 
 
 def state_detail(inst: Instance, now: datetime | None = None) -> str | None:
     """What a user should know beside the status: the deletion clock of a stopped instance, what
-    it still costs, or the provider's words."""
+    it still costs, or the provider's words. English (JSON prints it); show it with
+    `gputui.format.stored_text`."""
     from gputui.format import format_money
     from gputui.models import InstanceStatus
 
     if inst.status == InstanceStatus.STOPPED:
-        parts = []
+        parts: list[Deferred] = []
         days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
         if days is not None:
-            text, warn = deletion_clock(inst.stopped_at, days, now)
-            parts.append(("⚠ " if warn else "") + text)
+            text, warn = deletion_note(inst.stopped_at, days, now)
+            parts.append(Deferred("⚠ {note}", note=text) if warn else text)
         else:
-            parts.append("stopped")
+            parts.append(Deferred(N_("stopped")))
         disk = inst.billing.storage_cost(inst.disk_gb, 3600)
-        parts.append(f"still costs {format_money(disk, inst.billing.currency)}/h (disk)")
-        return " · ".join(parts)
+        parts.append(Deferred(N_("still costs {price}/h (disk)"),
+                              price=format_money(disk, inst.billing.currency)))
+        return Deferred("{state} · {cost}", state=parts[0], cost=parts[1])
     return inst.status_detail
 
 
 def runway_line(balance: object, currency: str, instances: list[Instance]) -> str:
     """The top bar's account figure: "¥312.40 · 38 h at ¥8.20/h" (what is billing now in that
-    currency; "no instance billing" when nothing is)."""
+    currency; "no instance billing" when nothing is). English (JSON prints it); show it with
+    `shown()`."""
     from decimal import Decimal
 
     from gputui.format import format_money
@@ -93,7 +107,9 @@ def runway_line(balance: object, currency: str, instances: list[Instance]) -> st
                 and i.billing.currency == currency), Decimal(0))
     head = format_money(amount, currency)
     if rate <= 0:
-        return f"{head} · no instance billing"
+        return Deferred(N_("{balance} · no instance billing"), balance=head)
     hours = max(Decimal(0), amount / rate)
-    span = f"{int(hours)} h" if hours >= 1 else f"{int(hours * 60)} min"
-    return f"{head} · {span} at {format_money(rate, currency)}/h"
+    span = (Deferred(N_("{n} h"), n=int(hours)) if hours >= 1
+            else Deferred(N_("{n} min"), n=int(hours * 60)))
+    return Deferred(N_("{balance} · {span} at {rate}/h"), balance=head, span=span,
+                    rate=format_money(rate, currency))

@@ -11,7 +11,15 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Static
 
-from gputui.format import format_money, format_remaining, short_gpu, sum_as_shown
+from gputui.format import (
+    end_reason_text,
+    format_money,
+    format_remaining,
+    short_gpu,
+    status_text,
+    sum_as_shown,
+)
+from gputui.i18n import N_, _, ngettext
 from gputui.models import Instance, LedgerEntry
 from gputui.services.costs import (
     currencies,
@@ -26,17 +34,22 @@ from gputui.ui.base import BaseScreen, StoreEvent
 
 # What matters most first: an 80-column pane cuts from the right, so the split of a total into
 # compute and storage (and the provider) come last.
+# Headers are translated where the table is made (`_()`); money cells carry their currency.
 NOW_COLUMNS = [
-    ("name", "Name"), ("state", "State"), ("rate", "$/h"), ("accrued", "Accrued"),
-    ("release", "Release in"), ("projected", "At release"), ("gpu", "GPU"),
-    ("compute", "Compute"), ("storage", "Storage"),
+    ("name", N_("Name")), ("state", N_("State")), ("rate", N_("$/h")),
+    ("accrued", N_("Accrued")), ("release", N_("Release in")), ("projected", N_("At release")),
+    ("gpu", N_("GPU")), ("compute", N_("Compute")), ("storage", N_("Storage")),
 ]
 LEDGER_COLUMNS = [
-    ("ended", "Ended"), ("name", "Task"), ("gpu", "GPU"), ("hours", "Hours"),
-    ("total", "Total"), ("reason", "Reason"), ("compute", "Compute"), ("storage", "Storage"),
-    ("provider", "Provider"),
+    ("ended", N_("Ended")), ("name", N_("Task")), ("gpu", N_("GPU")), ("hours", N_("Hours")),
+    ("total", N_("Total")), ("reason", N_("Reason")), ("compute", N_("Compute")),
+    ("storage", N_("Storage")), ("provider", N_("Provider")),
 ]
+GROUP_COLUMNS = [("key", N_("Group")), ("total", N_("Total")), ("count", N_("Instances")),
+                 ("bar", "")]
 GROUPINGS = ["day", "week", "month", "gpu", "task"]
+GROUPING_LABELS = {"day": N_("day"), "week": N_("week"), "month": N_("month"),
+                   "gpu": N_("GPU type"), "task": N_("task label")}
 
 
 def bar(value: Decimal, top: Decimal, width: int) -> str:
@@ -49,15 +62,15 @@ def bar(value: Decimal, top: Decimal, width: int) -> str:
 
 
 class CostsScreen(BaseScreen):
-    TITLE = "Costs"
+    TITLE = N_("Costs")
     BINDINGS = [
-        Binding("1", "view('now')", "Now"),
-        Binding("2", "view('ledger')", "Ledger"),
-        Binding("3", "view('totals')", "Totals"),
-        Binding("4", "view('chart')", "Chart"),
-        Binding("x", "export", "Export CSV"),
-        Binding("B", "budgets", "Budgets"),
-        Binding("b", "group", "Group by", show=False),
+        Binding("1", "view('now')", N_("Now")),
+        Binding("2", "view('ledger')", N_("Ledger")),
+        Binding("3", "view('totals')", N_("Totals")),
+        Binding("4", "view('chart')", N_("Chart")),
+        Binding("x", "export", N_("Export CSV")),
+        Binding("B", "budgets", N_("Budgets")),
+        Binding("b", "group", N_("Group by"), show=False),
     ]
     DEFAULT_CSS = """
     CostsScreen #totals { padding: 0 1; height: auto; background: $boost; }
@@ -72,7 +85,7 @@ class CostsScreen(BaseScreen):
         with ContentSwitcher(initial="now", id="views"):
             with Vertical(id="now"):
                 yield DataTable(id="now-table", cursor_type="row")
-                yield Static("Nothing is billing. Ended instances are in the ledger (2).",
+                yield Static(_("Nothing is billing. Ended instances are in the ledger (2)."),
                              id="now-empty", classes="note")
             with Vertical(id="ledger"):
                 yield DataTable(id="ledger-table", cursor_type="row", zebra_stripes=True)
@@ -86,14 +99,13 @@ class CostsScreen(BaseScreen):
         super().on_mount()
         now_table = self.query_one("#now-table", DataTable)
         for key, label in NOW_COLUMNS:
-            now_table.add_column(label, key=key)
+            now_table.add_column(_(label), key=key)
         ledger = self.query_one("#ledger-table", DataTable)
         for key, label in LEDGER_COLUMNS:
-            ledger.add_column(label, key=key)
+            ledger.add_column(_(label), key=key)
         group = self.query_one("#group-table", DataTable)
-        for key, label in (("key", "Group"), ("total", "Total"), ("count", "Instances"),
-                           ("bar", "")):
-            group.add_column(label, key=key)
+        for key, label in GROUP_COLUMNS:
+            group.add_column(_(label), key=key)
         self.grouping = "day"
         self._cells: dict[tuple[str, str], str | Text] = {}
         self.reload()
@@ -120,12 +132,12 @@ class CostsScreen(BaseScreen):
             (cost.release_at - now).total_seconds() if cost.release_at else None)
         return {
             "name": Text(inst.name),
-            "state": cost.billing_state,
+            "state": status_text(cost.billing_state),
             "rate": format_money(cost.rate, cur),
             "compute": format_money(cost.compute, cur),
             "storage": format_money(cost.storage, cur),
             "accrued": format_money(cost.accrued, cur),
-            "release": release if cost.release_at else "⚠ no timer",
+            "release": release if cost.release_at else "⚠ " + _("no timer"),
             "projected": format_money(cost.projected, cur) if cost.projected is not None else "-",
             "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
         }
@@ -136,12 +148,12 @@ class CostsScreen(BaseScreen):
         for row_key in list(table.rows):
             if row_key.value not in live:
                 table.remove_row(row_key)
-                for col, _ in NOW_COLUMNS:
+                for col, _label in NOW_COLUMNS:
                     self._cells.pop((str(row_key.value), col), None)
         for iid, inst in live.items():
             cells = self._now_cells(inst)
             if iid not in {k.value for k in table.rows}:
-                table.add_row(*(cells[k] for k, _ in NOW_COLUMNS), key=iid)
+                table.add_row(*(cells[k] for k, _label in NOW_COLUMNS), key=iid)
                 self._cells.update({(iid, k): v for k, v in cells.items()})
         self.query_one("#now-empty").display = not live
 
@@ -161,10 +173,11 @@ class CostsScreen(BaseScreen):
         t = totals(self._instances, self._ledger, now, bc)
         caps = []
         if budget.daily is not None:
-            caps.append(f"day cap {format_money(budget.daily, bc)} ({_pct(t.today, budget.daily)})")
+            caps.append(_("day cap {cap} ({share})").format(
+                cap=format_money(budget.daily, bc), share=_pct(t.today, budget.daily)))
         if budget.monthly is not None:
-            caps.append(f"month cap {format_money(budget.monthly, bc)} "
-                        f"({_pct(t.month, budget.monthly)})")
+            caps.append(_("month cap {cap} ({share})").format(
+                cap=format_money(budget.monthly, bc), share=_pct(t.month, budget.monthly)))
         # one line per currency in use: ¥ and $ are never added together; the rate and the live
         # cost add up as the rows above read (each rounded once)
         live = [i for i in self._instances if i.status.live]
@@ -174,13 +187,15 @@ class CostsScreen(BaseScreen):
                     if i.billing.currency == cur]
             rate = sum_as_shown(x.rate for x in mine)
             accrued = sum_as_shown(x.accrued for x in mine)
-            lines.append(f"[b]{format_money(rate, cur)}/h[/b] now · live "
-                         f"{format_money(accrued, cur)} · today [b]{format_money(c.today, cur)}[/b]"
-                         f" · this month [b]{format_money(c.month, cur)}[/b]")
+            lines.append(_("[b]{rate}/h[/b] now · live {live} · today [b]{today}[/b] · this "
+                           "month [b]{month}[/b]").format(
+                rate=format_money(rate, cur), live=format_money(accrued, cur),
+                today=format_money(c.today, cur), month=format_money(c.month, cur)))
         text = "\n".join(lines)
-        text += "\n" + (" · ".join(caps) + " [dim](B: change · x: CSV)[/dim]" if caps else
-                         "[dim]no budget caps: B sets them · x exports CSV "
-                         "(or gputui costs --csv)[/dim]")
+        text += "\n" + (" · ".join(caps) + " [dim]" + _("(B: change · x: CSV)") + "[/dim]"
+                         if caps else
+                         "[dim]" + _("no budget caps: B sets them · x exports CSV (or gputui "
+                                     "costs --csv)") + "[/dim]")
         self.query_one("#totals", Static).update(text)
 
     def _fill_ledger(self) -> None:
@@ -193,11 +208,12 @@ class CostsScreen(BaseScreen):
                 "ended": e.ended_at.astimezone().strftime("%m-%d %H:%M"), "name": Text(e.name),
                 "gpu": Text(f"{e.gpu_count}× {short_gpu(e.gpu)}"),
                 "hours": f"{e.running_seconds / 3600:.2f}",
-                "total": format_money(e.total, e.currency), "reason": e.end_reason,
+                "total": format_money(e.total, e.currency),
+                "reason": end_reason_text(e.end_reason),
                 "compute": format_money(e.compute_cost, e.currency),
                 "storage": format_money(e.storage_cost, e.currency), "provider": e.provider,
             }
-            table.add_row(*(cells[k] for k, _ in LEDGER_COLUMNS), key=e.instance_id)
+            table.add_row(*(cells[k] for k, _label in LEDGER_COLUMNS), key=e.instance_id)
         if table.row_count and not present:
             table.move_cursor(row=0)
 
@@ -210,16 +226,16 @@ class CostsScreen(BaseScreen):
         for key, total, count in rows:
             table.add_row(Text(key), format_money(total, cur), str(count), bar(total, top, 20),
                           key=key)
-        label = {"day": "day", "week": "week", "month": "month", "gpu": "GPU type", "task": "task label"}
         self.query_one("#group-title", Static).update(
-            f"Ended instances by [b]{label[self.grouping]}[/b] (b: group by "
-            f"{' / '.join(GROUPINGS)})")
+            _("Ended instances by [b]{grouping}[/b] (b: group by {choices})").format(
+                grouping=_(GROUPING_LABELS[self.grouping]),
+                choices=" / ".join(_(GROUPING_LABELS[g]) for g in GROUPINGS)))
 
     def _fill_chart(self) -> None:
         cur = (currencies(self._instances, self._ledger) or ["USD"])[0]
         series = daily_series(self._ledger, self._instances, self.gapp.now(), currency=cur)
-        top = max((v for _, v in series), default=Decimal(0))
-        lines = ["[b]Spend per day, last 14 days[/b] (running instances included)", ""]
+        top = max((v for _day, v in series), default=Decimal(0))
+        lines = [_("[b]Spend per day, last 14 days[/b] (running instances included)"), ""]
         for day, value in series:
             lines.append(f"{day} {bar(value, top, 40)} {format_money(value, cur)}")
         self.query_one("#chart", Static).update("\n".join(lines))
@@ -253,10 +269,12 @@ class CostsScreen(BaseScreen):
         try:
             write_private(path, to_csv(rows).encode())
         except OSError as exc:
-            self.notify(f"could not export: {exc}", severity="error")
+            self.notify(_("could not export: {error}").format(error=exc), severity="error")
             return
-        self.notify(f"Exported {len(rows)} rows to {path} (the same as gputui costs --csv)",
-                    title="Exported", timeout=10)
+        self.notify(ngettext("Exported {n} row to {path} (the same as gputui costs --csv)",
+                             "Exported {n} rows to {path} (the same as gputui costs --csv)",
+                             len(rows)).format(n=len(rows), path=path),
+                    title=_("Exported"), timeout=10)
 
     def action_budgets(self) -> None:
         from gputui.ui.dialogs import BudgetDialog
@@ -273,10 +291,11 @@ class CostsScreen(BaseScreen):
             cfg = set_budget(values["daily"], values["monthly"], values["per_instance"],
                              bool(values["release_at_cap"]))
         except (ConfigError, OSError) as exc:
-            self.notify(f"budget not saved: {exc}", severity="error", timeout=10)
+            self.notify(_("budget not saved: {error}").format(error=exc), severity="error",
+                        timeout=10)
             return
         self.gapp.config.budget = cfg.budget
-        self.notify("Budget caps saved to config.toml", timeout=4)
+        self.notify(_("Budget caps saved to config.toml"), timeout=4)
         self.tick()
 
 

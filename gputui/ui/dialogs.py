@@ -82,8 +82,8 @@ class TimerDialog(ModalScreen[object]):
         self._tomorrow_pending: str | None = None
 
     def compose(self) -> ComposeResult:
-        left = _(format_remaining((self.current - self.now()).total_seconds())
-                 if self.current else N_("no timer"))
+        left = (format_remaining((self.current - self.now()).total_seconds())
+                if self.current else _("no timer"))
         with VerticalScroll():
             yield Static(_("[b]Release timer for {name}[/b] (now: {left})\n"
                            "Type 2h or 90m from now, a clock time like 18:30, or none.")
@@ -337,4 +337,4 @@ def passed_clock_time(text: str, at: datetime, now: datetime) -> str | None:
     return _("{clock} has passed today (it is {now}): that means tomorrow, {day} {time}, "
              "{left} from now").format(
         clock=raw, now=f"{now.astimezone():%H:%M}", day=_("{date:%a %d %b}").format(date=local),
-        time=f"{local:%H:%M}", left=_(format_remaining((at - now).total_seconds())))
+        time=f"{local:%H:%M}", left=format_remaining((at - now).total_seconds()))

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
-from gputui.format import format_money, format_remaining, short_gpu
+from gputui.format import format_money, format_remaining, short_gpu, status_text
 from gputui.i18n import N_, _, cell_len, shown
 from gputui.ui.base import BaseScreen, StoreEvent
 from gputui.ui.dialogs import on_answer
@@ -42,20 +42,6 @@ COLUMNS = [
 LINK_MARK = {"connected": N_("ok"), "connecting": "…", "reconnecting": N_("retrying"),
              "failed": N_("FAILED")}
 # The status words as shown (the store and JSON keep the English value).
-STATUS_WORDS = {
-    "requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
-    "stopped": N_("stopped"), "releasing": N_("releasing"), "released": N_("released"),
-    "failed": N_("failed"),
-}
-# What gputui.format.format_remaining says instead of a countdown.
-_REMAINING_WORDS = (N_("no timer"), N_("overdue"))
-
-
-def remaining(seconds: float | None) -> str:
-    """A countdown (1h 05m, 4m 10s) or its words (no timer, overdue) in the language of now."""
-    return _(format_remaining(seconds))
-
-
 def _status_text(inst: Instance, now: datetime) -> str:
     """The status; a stopped instance says how long, and where the provider wipes it, when."""
     from gputui.models import InstanceStatus
@@ -63,7 +49,7 @@ def _status_text(inst: Instance, now: datetime) -> str:
 
     days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
     if inst.status != InstanceStatus.STOPPED or days is None:
-        return _(STATUS_WORDS.get(inst.status.value, inst.status.value))
+        return status_text(inst.status)
     text, warn = deletion_clock(inst.stopped_at, days, now)
     return ("⚠ " if warn else "") + str(shown(text))
 
@@ -139,7 +125,7 @@ class HomeScreen(BaseScreen):
         elif lease.release_at is None:
             release = _("⚠ no timer")
         else:
-            release = remaining(lease.remaining(now))
+            release = format_remaining(lease.remaining(now))
         if getattr(self, "_when_done", {}).get(inst.id):
             release = f"{release} · {shown(self._when_done[inst.id])}".removeprefix("- · ")
         link, _detail = self.gapp.store.link(inst.id)
@@ -240,7 +226,7 @@ class HomeScreen(BaseScreen):
             self.notify(_("{name}: could not extend: {problem}").format(name=inst.name, problem=exc),
                         severity="error")
             return
-        left = remaining(lease.remaining(self.gapp.now()))
+        left = format_remaining(lease.remaining(self.gapp.now()))
         self.notify(_("{name}: release in {left}").format(name=inst.name, left=left))
 
     def action_timer(self) -> None:
@@ -269,7 +255,7 @@ class HomeScreen(BaseScreen):
             else:
                 lease = await self.gapp.leases.extend(inst, to=result)  # type: ignore[arg-type]
                 self.notify(_("{name}: release in {left}").format(
-                    name=inst.name, left=remaining(lease.remaining(self.gapp.now()))))
+                    name=inst.name, left=format_remaining(lease.remaining(self.gapp.now()))))
         except Exception as exc:
             self.notify(f"{inst.name}: {shown(exc)}", severity="error")
 

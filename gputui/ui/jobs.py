@@ -21,24 +21,27 @@ from textual.coordinate import Coordinate
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, RichLog, Static
 
-from gputui.format import format_money
+from gputui.format import format_money, status_text
+from gputui.i18n import N_, _, cell_len, truncate_cells
 from gputui.models import Instance
 from gputui.store import InstanceChanged
 from gputui.ui.base import BaseScreen, StoreEvent
 from gputui.ui.dialogs import on_answer
 
+# Headers are translated where the table is made (`_()`).
 COLUMNS = [
     ("id", "#"),
-    ("name", "Run"),
-    ("status", "Status"),
-    ("exit", "Exit"),
-    ("time", "Time"),
-    ("util", "GPU%"),
-    ("mem", "Mem MiB"),
-    ("cost", "Cost"),
+    ("name", N_("Run")),
+    ("status", N_("Status")),
+    ("exit", N_("Exit")),
+    ("time", N_("Time")),
+    ("util", N_("GPU%")),
+    ("mem", N_("Mem MiB")),
+    ("cost", N_("Cost")),
 ]
 STATUS_STYLE = {"running": "bold", "failed": "bold red", "lost": "red", "cancelled": "dim",
                 "succeeded": "green", "queued": ""}
+NAME_CELLS = 22
 POLL_S = 2.0
 LOG_POLL_S = 1.0
 LOG_LINES = 200
@@ -50,7 +53,8 @@ def _secs(value: float | None) -> str:
     s = int(value)
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+    return (_("{h}h{m:02d}m").format(h=h, m=m) if h else
+            _("{m}m{s:02d}s").format(m=m, s=s))
 
 
 def _paths(form: dict[str, str]) -> tuple[str, str]:
@@ -65,7 +69,7 @@ def _paths(form: dict[str, str]) -> tuple[str, str]:
 class FormDialog(ModalScreen[dict[str, str] | None]):
     """A few text fields; Enter in the last one submits, Escape cancels."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS = [Binding("escape", "dismiss(None)", N_("Cancel"))]
     DEFAULT_CSS = """
     FormDialog { align: center middle; }
     FormDialog > VerticalScroll {
@@ -102,14 +106,14 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
 
 
 class JobsScreen(BaseScreen):
-    TITLE = "Jobs"
+    TITLE = N_("Jobs")
     BINDINGS = [
-        Binding("a", "add", "Add run"),
-        Binding("x", "cancel_run", "Cancel run"),
-        Binding("r", "retry", "Retry"),
-        Binding("p", "pull", "Pull"),
-        Binding("w", "when_done", "When done"),
-        Binding("i", "next_instance", "Instance"),
+        Binding("a", "add", N_("Add run")),
+        Binding("x", "cancel_run", N_("Cancel run")),
+        Binding("r", "retry", N_("Retry")),
+        Binding("p", "pull", N_("Pull")),
+        Binding("w", "when_done", N_("When done")),
+        Binding("i", "next_instance", N_("Instance")),
     ]
     DEFAULT_CSS = """
     JobsScreen #jobs-head { height: auto; padding: 0 1; }
@@ -126,13 +130,13 @@ class JobsScreen(BaseScreen):
         super().on_mount()
         table = self.query_one(DataTable)
         for key, label in COLUMNS:
-            table.add_column(label, key=key)
+            table.add_column(_(label) if label != "#" else label, key=key)
         self._shown: dict[str, dict[str, str]] = {}
         self._jobs: dict[str, Any] = {}
         self._view: Any = None
         self._log_job: str | None = None
         self._log_lines: list[str] = []
-        self._status = "loading…"
+        self._status = _("loading…")
         self.instance: Instance | None = None
         self._pick_instance()
         self.poll()
@@ -158,7 +162,7 @@ class JobsScreen(BaseScreen):
         self.instance = inst
         self.gapp.focus_instance = inst.id
         self._clear()
-        self._status = "loading…"
+        self._status = _("loading…")
         self._head()
 
     def _clear(self) -> None:
@@ -204,7 +208,7 @@ class JobsScreen(BaseScreen):
                     view = await self._service().view(inst)
                 except Exception as exc:  # a link down, the instance stopped: say so
                     if inst is self.instance:
-                        self._status = f"cannot read the queue: {exc}"
+                        self._status = _("cannot read the queue: {error}").format(error=exc)
                         self._head()
                 else:
                     if inst is self.instance:
@@ -219,7 +223,7 @@ class JobsScreen(BaseScreen):
             self._jobs[job.id] = job
             cells = self._cells(job)
             if job.id not in keys:
-                table.add_row(*(cells[k] for k, _ in COLUMNS), key=job.id)
+                table.add_row(*(cells[k] for k, _label in COLUMNS), key=job.id)
                 self._shown[job.id] = {k: str(v) for k, v in cells.items()}
                 continue
             shown = self._shown.setdefault(job.id, {})
@@ -227,12 +231,13 @@ class JobsScreen(BaseScreen):
                 text = str(value)
                 if shown.get(key) != text:
                     table.update_cell(job.id, key, value,
-                                      update_width=len(text) > len(shown.get(key) or ""))
+                                      update_width=cell_len(text) > cell_len(shown.get(key) or ""))
                     shown[key] = text
         counts = view.counts()
-        self._status = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no runs yet"
+        self._status = _(", ").join(_("{n} {status}").format(n=n, status=status_text(s))
+                                    for s, n in counts.items()) or _("no runs yet")
         if view.finished:
-            self._status = "queue ended: " + self._status
+            self._status = _("queue ended: {counts}").format(counts=self._status)
         self._head()
         if self._log_job is None and view.jobs:
             self._select_log(self._selected_id() or view.jobs[0].id)
@@ -240,8 +245,10 @@ class JobsScreen(BaseScreen):
     def _cells(self, job: Any) -> dict[str, str | Text]:
         return {
             "id": job.id,
-            "name": Text(job.name),  # the user's label, never markup
-            "status": Text(job.status, style=STATUS_STYLE.get(job.status, "")),
+            # the user's label, never markup; cut by cells in the middle (a sweep's labels
+            # differ at the end) so that the cost column stays on an 80-column screen
+            "name": Text(truncate_cells(job.name, NAME_CELLS, where="middle")),
+            "status": Text(status_text(job.status), style=STATUS_STYLE.get(job.status, "")),
             "exit": "-" if job.exit_code is None else str(job.exit_code),
             "time": _secs(job.seconds(self.gapp.now())),
             "util": "-" if job.gpu_util_avg is None else f"{job.gpu_util_avg:.0f}",
@@ -252,14 +259,14 @@ class JobsScreen(BaseScreen):
     def _head(self) -> None:
         head = self.query_one("#jobs-head", Static)
         if self.instance is None:
-            head.update("No running instance. Rent one with [b]n[/b]; queue runs here or with "
-                        "`gputui jobs NAME add -- CMD`.")
+            head.update(_("No running instance. Rent one with [b]n[/b]; queue runs here or "
+                          "with `gputui jobs NAME add -- CMD`."))
             return
         from gputui.services.jobs import when_done_label
 
-        label = when_done_label(self.gapp.services, self.instance.id) or "keep (w to change)"
-        head.update(f"[b]{escape(self.instance.name)}[/b] · {escape(self._status)} · "
-                    f"when done: {escape(label)}")
+        label = when_done_label(self.gapp.services, self.instance.id) or _("keep (w to change)")
+        head.update(_("[b]{name}[/b] · {status} · when done: {label}").format(
+            name=escape(self.instance.name), status=escape(self._status), label=escape(label)))
 
     # -- the log ------------------------------------------------------------------------------
     def _selected_id(self) -> str | None:
@@ -317,7 +324,7 @@ class JobsScreen(BaseScreen):
     # -- actions ----------------------------------------------------------------------------
     def _need_instance(self) -> Instance | None:
         if self.instance is None:
-            self.notify("No running instance.", severity="warning")
+            self.notify(_("No running instance."), severity="warning")
         return self.instance
 
     def action_add(self) -> None:
@@ -325,10 +332,10 @@ class JobsScreen(BaseScreen):
         if inst is None:
             return
         self.app.push_screen(FormDialog(
-            f"[b]Queue a run on {escape(inst.name)}[/b]",
-            [("gpus", "GPUs (e.g. 0,1; empty: all)", "all"),
-             ("name", "Label (for the ledger)", "optional"),
-             ("command", "Command (runs in the home folder)", "python train.py --lr 3e-4")]),
+            _("[b]Queue a run on {name}[/b]").format(name=escape(inst.name)),
+            [("gpus", _("GPUs (e.g. 0,1; empty: all)"), _("all")),
+             ("name", _("Label (for the ledger)"), _("optional")),
+             ("command", _("Command (runs in the home folder)"), "python train.py --lr 3e-4")]),
             on_answer(lambda form: self.add(inst, form)))
 
     @work(group="jobs-act", exit_on_error=False)
@@ -337,14 +344,15 @@ class JobsScreen(BaseScreen):
 
         try:
             if not form.get("command"):
-                raise ValueError("no command given")
+                raise ValueError(_("no command given"))
             spec = JobSpec(form["command"], name=form.get("name") or None,
                            gpus=parse_gpus(form.get("gpus") or None, inst.gpu_count))
             [job_id] = await self._service().add(inst, [spec])
         except Exception as exc:
-            self.notify(f"{inst.name}: could not queue it: {exc}", severity="error")
+            self.notify(_("{name}: could not queue it: {error}").format(name=inst.name, error=exc),
+                        severity="error")
             return
-        self.notify(f"{inst.name}: job {job_id} queued")
+        self.notify(_("{name}: job {job_id} queued").format(name=inst.name, job_id=job_id))
         self.poll()
 
     def action_cancel_run(self) -> None:
@@ -354,9 +362,11 @@ class JobsScreen(BaseScreen):
         from gputui.ui.create import ConfirmScreen
 
         job = self._jobs.get(job_id)
-        what = "stop it" if job is not None and job.status == "running" else "drop it"
-        self.app.push_screen(ConfirmScreen(f"Cancel job {job_id} on {escape(inst.name)} ({what})?",
-                                           "Cancel run", "Keep it"),
+        question = (_("Cancel job {job_id} on {name} (stop it)?")
+                    if job is not None and job.status == "running" else
+                    _("Cancel job {job_id} on {name} (drop it)?"))
+        self.app.push_screen(ConfirmScreen(question.format(job_id=job_id, name=escape(inst.name)),
+                                           _("Cancel run"), _("Keep it")),
                              on_answer(lambda _yes: self.cancel_run(inst, job_id)))
 
     @work(group="jobs-act", exit_on_error=False)
@@ -364,9 +374,10 @@ class JobsScreen(BaseScreen):
         try:
             await self._service().cancel(inst, job_id)
         except Exception as exc:
-            self.notify(f"job {job_id}: {exc}", severity="error")
+            self.notify(_("job {job_id}: {error}").format(job_id=job_id, error=exc),
+                        severity="error")
             return
-        self.notify(f"job {job_id}: cancelled")
+        self.notify(_("job {job_id}: cancelled").format(job_id=job_id))
         self.poll()
 
     def action_retry(self) -> None:
@@ -379,9 +390,10 @@ class JobsScreen(BaseScreen):
         try:
             new = await self._service().retry(inst, job_id)
         except Exception as exc:
-            self.notify(f"job {job_id}: {exc}", severity="error")
+            self.notify(_("job {job_id}: {error}").format(job_id=job_id, error=exc),
+                        severity="error")
             return
-        self.notify(f"job {job_id} queued again as {new}")
+        self.notify(_("job {job_id} queued again as {new}").format(job_id=job_id, new=new))
         self.poll()
 
     def action_pull(self) -> None:
@@ -389,9 +401,9 @@ class JobsScreen(BaseScreen):
         if inst is None:
             return
         self.app.push_screen(FormDialog(
-            f"[b]Pull from {escape(inst.name)}[/b] (only what changed)",
-            [("remote", "On the instance (inside its home)", "results"),
-             ("local", "Here", "./results")]),
+            _("[b]Pull from {name}[/b] (only what changed)").format(name=escape(inst.name)),
+            [("remote", _("On the instance (inside its home)"), "results"),
+             ("local", _("Here"), "./results")]),
             on_answer(lambda form: self.pull(inst, *_paths(form))))
 
     @work(group="jobs-act", exit_on_error=False)
@@ -402,19 +414,21 @@ class JobsScreen(BaseScreen):
         try:
             [summary] = await self._service().pull_results(inst, rec)
         except Exception as exc:
-            self.notify(f"{inst.name}: pull failed: {exc}", severity="error")
+            self.notify(_("{name}: pull failed: {error}").format(name=inst.name, error=exc),
+                        severity="error")
             return
-        self.notify(f"pulled {summary.files} files ({summary.skipped} unchanged) to {local}")
+        self.notify(_("pulled {files} files ({skipped} unchanged) to {local}").format(
+            files=summary.files, skipped=summary.skipped, local=local))
 
     def action_when_done(self) -> None:
         inst = self._need_instance()
         if inst is None:
             return
         self.app.push_screen(FormDialog(
-            f"[b]When the queue on {escape(inst.name)} ends[/b]",
-            [("policy", "release, stop or keep", "release"),
-             ("remote", "Pull this home first (empty: nothing)", "results"),
-             ("local", "to", "./results")]),
+            _("[b]When the queue on {name} ends[/b]").format(name=escape(inst.name)),
+            [("policy", _("release, stop or keep"), "release"),
+             ("remote", _("Pull this home first (empty: nothing)"), "results"),
+             ("local", _("to"), "./results")]),
             on_answer(lambda form: self.when_done(
                 inst, form, _paths(form) if form.get("remote") else None)))
 
@@ -423,7 +437,8 @@ class JobsScreen(BaseScreen):
                         pull: tuple[str, str] | None) -> None:
         policy = (form.get("policy") or "release").lower()
         if policy not in ("release", "stop", "keep"):
-            self.notify(f"{policy!r}: choose release, stop or keep", severity="error")
+            self.notify(_("{policy}: choose release, stop or keep").format(policy=repr(policy)),
+                        severity="error")
             return
         pulls = [pull] if pull else []
         try:
@@ -431,5 +446,6 @@ class JobsScreen(BaseScreen):
         except Exception as exc:
             self.notify(f"{inst.name}: {exc}", severity="error")
             return
-        self.notify(f"{inst.name}: when its queue ends: {policy}")
+        self.notify(_("{name}: when its queue ends: {policy}").format(name=inst.name,
+                                                                     policy=policy))
         self._head()
