@@ -226,10 +226,6 @@ NOT_YET = {
     "app.py", "ui/base.py", "ui/dialogs.py", "ui/help.py", "ui/home.py", "ui/livetable.py",
     "ui/theming.py", "ui/widgets.py",
 
-    # catalog and create
-    "ui/catalog.py", "ui/catalog_views.py", "ui/create.py", "catalog/fit.py", "catalog/jobcost.py",
-    "catalog/prices.py", "catalog/shapes.py", "catalog/specs.py", "services/catalog.py",
-
     # monitor and Ollama
     "ui/monitor/detail.py", "ui/monitor/overview.py", "ui/monitor/processes.py",
     "ui/monitor/render.py", "ui/monitor/screen.py", "ui/ollama.py", "services/ollama/fit.py",
