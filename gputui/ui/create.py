@@ -86,7 +86,8 @@ class CreateScreen(BaseScreen):
                 yield Label(_("Idle off"))
                 yield Input(id="idle-util", compact=True, placeholder=_("util %"), type="number")
                 yield Input(id="idle-minutes", compact=True, placeholder=_("minutes"), type="integer")
-                yield Static(_("optional: all GPUs under util % for N min"),
+                # (the "%" goes in as a value: "% f" would read as a printf placeholder)
+                yield Static(_("optional: all GPUs under util {pct} for N min").format(pct="%"),
                              id="idle-note")
         # outside the scrolling form: what a key did is always in view
         with VerticalScroll(id="outcome", can_focus=False):
