@@ -86,6 +86,9 @@ COST_COLUMNS = [
     ("as_of", N_("As of")),
     ("notes", N_("Notes")),
 ]
+# the Cost tab's package column (the JSON keeps the keys)
+PACKAGES = {"hourly": N_("hourly"), "spot": N_("spot"), "daily": N_("daily"),
+            "weekly": N_("weekly"), "monthly": N_("monthly")}
 # the Fit tab's number fields, as their error names them
 FIT_FIELDS = {"#fit-context": N_("context"), "#fit-batch": N_("batch"),
               "#fit-layers": N_("layers"), "#fit-kv": N_("kv heads"), "#fit-hd": N_("head dim")}
@@ -785,7 +788,7 @@ class CatalogScreen(BaseScreen):
             out.append(where, style="dim")
         out.append(_("Assumptions") + "\n", style="bold")
         for p in e.all_parts:
-            out.append(f"{_(svc.part_label(p.name))}: ", style="bold dim")
+            out.append(_("{part}: ").format(part=_(svc.part_label(p.name))), style="bold dim")
             out.append(f"{shown(p.assumption)}\n", style="dim")
         out.append(
             _("Cards below: the fewest GPUs (1/2/4/8) each fits on, cheapest first; "
@@ -846,6 +849,7 @@ class CatalogScreen(BaseScreen):
         self.cost_answer = answer
         for i, c in enumerate(answer.costs):
             cells = [str(shown(cell)) for cell in svc.cost_cells(c)]
+            cells[2] = _(PACKAGES.get(c.row.package, c.row.package))
             cells[-1] = "; ".join(str(shown(n)) for n in c.notes)
             provider, tier, package, billing, cost, billed, rate, sec, minute, hour, as_of, nts = (
                 cells
