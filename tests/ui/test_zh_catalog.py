@@ -170,3 +170,48 @@ async def test_new_form_in_chinese_labels_errors_and_progress(gputui_home: Path,
         await until(pilot, lambda: any("已运行" in str(n.message) for n in app._notifications),
                     "the toast")
         assert app.services.store.instances_sync()
+
+
+# -- the JSON stays English ---------------------------------------------------------------------
+
+
+def _has_chinese(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def test_json_keeps_english_while_the_same_text_shows_in_chinese(zh):
+    """The catalog library's verdicts, notes and assumptions are English strings (what `--json`
+    and scripts read) that the console shows in Chinese."""
+    import json
+    from decimal import Decimal
+
+    from gputui.catalog import PriceRow, load_prices
+    from gputui.i18n import shown
+    from gputui.services import catalog as svc
+
+    answer = svc.fit("Llama-3.1-70B", job="lora", precision="bf16")
+    data = json.dumps(answer.as_dict(), ensure_ascii=False)
+    assert not _has_chinese(data)
+    assert "LoRA keeps the whole base model in bf16" in data  # the note, in English
+    note = answer.estimate.notes[-1]
+    assert note.startswith("LoRA keeps") and _has_chinese(str(shown(note)))
+    assert all(_has_chinese(str(shown(p.assumption))) for p in answer.estimate.all_parts)
+    miss = next(o for o in answer.options if not o.fits)
+    assert miss.warnings[0].startswith("does not fit")
+    assert str(shown(miss.warnings[0])).endswith("GiB")
+    assert "装不下" in str(shown(miss.warnings[0]))
+
+    rows = [*load_prices(),
+            PriceRow(provider="mylab", tier="day pass", gpu="rtx_4090", package="daily",
+                     price_per_gpu_hour=Decimal("0.20"), as_of="2026-11-01", source="test"),
+            PriceRow(provider="mylab", tier="on-demand", gpu="rtx_4090",
+                     price_per_gpu_hour=Decimal("0.50"), as_of="2026-11-01", source="test")]
+    cost = svc.cost("4090", count=1, hours=30, prices=rows)
+    data = json.dumps(cost.as_dict(), ensure_ascii=False)
+    assert not _has_chinese(data)
+    assert "the daily package is cheaper than on-demand hourly" in data
+    [even] = cost.break_evens
+    assert "包天套餐" in str(shown(even.statement))
+    daily = next(c for c in cost.costs if c.row.package == "daily")
+    assert daily.as_dict()["notes"] == ["bought as 2 whole daily package(s)"]
+    assert str(shown(daily.notes[0])) == "按 2 个完整的包天套餐购买"
