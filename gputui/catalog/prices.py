@@ -123,8 +123,8 @@ class PriceRow(BaseModel):
     def label(self) -> str:
         """Who sells it, and in what sizes where a single GPU is not one of them: a per-GPU
         price quoted for 8-GPU nodes is not a price anyone pays for one GPU."""
-        if 1 in self.gpu_counts:
-            return f"{self.provider} {self.tier}"
+        if 1 in self.gpu_counts:  # (a converted row's tier is a Deferred: keep it one)
+            return Deferred("{provider} {tier}", provider=self.provider, tier=self.tier)
         return Deferred(N_("{provider} {tier} ({sizes}× only)"), provider=self.provider,
                         tier=self.tier, sizes="/".join(str(c) for c in self.gpu_counts))
 

@@ -189,7 +189,10 @@ def _as_of(row: CardRow) -> str:
 
 
 def _where(row: CardRow) -> str:
-    return f"{row.lowest.provider} {row.lowest.tier}" if row.lowest else "—"
+    if not row.lowest:
+        return "—"
+    # a converted row's tier is a Deferred ("on-demand (USD at ¥7.2/$)"): shown() translates it
+    return Deferred("{provider} {tier}", provider=row.lowest.provider, tier=row.lowest.tier)
 
 
 def _price_cell(row: CardRow) -> str:
@@ -409,12 +412,16 @@ def rows_in_currency(rows: Iterable[PriceRow], currency: str,
             continue
         if cny_per_usd is None or {r.currency, currency} != {"USD", "CNY"}:
             continue
-        at = f"at ¥{cny_per_usd}/$"
+        # English as strings; Deferred, so that the console shows them in its language
+        note = Deferred(N_("converted from {currency} at ¥{rate}/$ ({source})"),
+                        currency=r.currency, rate=cny_per_usd,
+                        source=rate_note or Deferred(N_("your config")))
         conv = {"price_per_gpu_hour": convert(r.price_per_gpu_hour, r.currency, currency,
                                               cny_per_usd),
-                "currency": currency, "tier": f"{r.tier} ({r.currency} {at})",
-                "note": f"converted from {r.currency} {at} ({rate_note or 'your config'})"
-                        + (f"; {r.note}" if r.note else "")}
+                "currency": currency,
+                "tier": Deferred(N_("{tier} ({currency} at ¥{rate}/$)"), tier=r.tier,
+                                 currency=r.currency, rate=cny_per_usd),
+                "note": Deferred("{note}; {more}", note=note, more=r.note) if r.note else note}
         if r.price_max_per_gpu_hour is not None:
             conv["price_max_per_gpu_hour"] = convert(r.price_max_per_gpu_hour, r.currency,
                                                      currency, cny_per_usd)

@@ -652,7 +652,10 @@ class CatalogScreen(BaseScreen):
                   "[b]v[/b] to see them side by side.")
             )
             return
-        width = self.query_one("#compare").size.width or self.app.size.width
+        # the pane's width (the screen's less its padding of 1 a side), known at once: the pane's
+        # own size is 0 until its first layout, and which of the two an update saw depended on
+        # timing (the bars' lengths with it)
+        width = (self.size.width or self.app.size.width) - 2
         body.update(compare_view(cards, width - 2))
 
     def on_resize(self) -> None:

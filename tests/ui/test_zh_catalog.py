@@ -215,3 +215,26 @@ def test_json_keeps_english_while_the_same_text_shows_in_chinese(zh):
     daily = next(c for c in cost.costs if c.row.package == "daily")
     assert daily.as_dict()["notes"] == ["bought as 2 whole daily package(s)"]
     assert str(shown(daily.notes[0])) == "按 2 个完整的包天套餐购买"
+
+
+async def test_yuan_view_says_in_chinese_which_prices_were_converted(gputui_home: Path, zh):
+    """`y`: prices in ¥; a $ price converted at the configured rate says so, in Chinese."""
+    from decimal import Decimal
+
+    from gputui.config import Config, MoneySettings
+    from gputui.store import SessionStore
+    from tests.ui.test_catalog_ui import CatalogApp
+
+    config = Config(money=MoneySettings(cny_per_usd=Decimal("7.2")))
+    app = CatalogApp(config=config, store=SessionStore(gputui_home / "state.db"),
+                     background=False)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("y")
+        await until(pilot, lambda: any("价格以 ¥ 显示" in str(n.message)
+                                       for n in app._notifications), "the toast")
+        cards = screen.query_one("#cards", DataTable)
+        where = [str(cards.get_cell(key, "provider")) for key in cards.rows]
+        assert any("（USD，按 ¥7.2/$ 换算）" in w for w in where)
+        assert "$/卡·时" not in [str(c.label) for c in cards.columns.values()]
+        assert any(str(c.label).startswith("¥/卡·时") for c in cards.columns.values())
