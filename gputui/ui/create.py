@@ -364,7 +364,7 @@ class CreateScreen(BaseScreen):
                                                    progress=say)
             say("arming the release timer")
             await self.gapp.leases.arm(inst)
-            steps[-1] = "running"
+            steps.pop()  # armed: back to "… → running ✓" (was "… → running → running ✓")
             progress.update(line() + " ✓")
         except Exception as exc:
             error.update(_("Could not create: {error}").format(error=escape(str(exc))))

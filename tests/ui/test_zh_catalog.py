@@ -165,11 +165,34 @@ async def test_new_form_in_chinese_labels_errors_and_progress(gputui_home: Path,
         screen.query_one("#disk", Input).value = "50"
         await until(pilot, lambda: not str(screen.query_one("#error").render()).strip(),
                     "the error gone")
+        # no timer: the warning before renting, in Chinese
+        screen.query_one("#no-timer").value = True
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, CreateScreen), "the confirmation")
+        shown_text = " ".join(str(w.render()) for w in app.screen.query("Static, Button"))
+        assert "没有定时释放" in shown_text and "不定时租用" in shown_text
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen, "back to the form")
+        assert not app.services.store.instances_sync()
+        screen.query_one("#no-timer").value = False
         # renting: the steps and the toast in Chinese
+        progress = screen.query_one("#progress", Static)
+        lines: list[str] = []
+        update = progress.update
+
+        def record(content="", *args, **kwargs):
+            lines.append(str(content))
+            return update(content, *args, **kwargs)
+
+        progress.update = record  # type: ignore[method-assign]
         await pilot.press("ctrl+s")
         await until(pilot, lambda: any("已运行" in str(n.message) for n in app._notifications),
                     "the toast")
         assert app.services.store.instances_sync()
+        assert lines[:5] == ["已请求 …", "已请求 → 启动中 …", "已请求 → 启动中 → 运行中 ✓",
+                             "已请求 → 启动中 → 运行中 → 设置定时释放 …",
+                             "已请求 → 启动中 → 运行中 ✓"]
 
 
 # -- the JSON stays English ---------------------------------------------------------------------
