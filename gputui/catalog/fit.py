@@ -24,7 +24,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
+
+from gputui.i18n import N_, Deferred, _
 
 from .errors import FitError
 from .prices import PriceRow, Quote, cheapest_quote, load_prices
@@ -56,7 +58,8 @@ class FitPart(BaseModel):
 
     name: str  # weights, adapters, kv_cache, gradients, optimizer, activations, overhead
     bytes: int = Field(ge=0)
-    assumption: str
+    # English as a string (JSON); a `Deferred` shows itself in the interface language
+    assumption: SkipValidation[str]
     split: bool  # divided across GPUs (tensor parallel / sharded), or needed on each GPU
 
     @property
@@ -83,13 +86,13 @@ class FitEstimate(BaseModel):
     heads: int
     kv_heads: int
     parts: tuple[FitPart, ...]
-    notes: tuple[str, ...] = ()
+    notes: SkipValidation[tuple[str, ...]] = ()  # English strings (JSON); Deferred: shown()
 
     def bytes_per_gpu(self, gpus: int = 1) -> int:
         """Memory each of `gpus` GPUs needs: split parts divided, the rest on every GPU, plus
         fragmentation and a CUDA context."""
         if gpus < 1:
-            raise FitError(f"GPU count must be ≥ 1 (got {gpus})")
+            raise FitError(_("GPU count must be ≥ 1 (got {value})").format(value=gpus))
         split = sum(p.bytes for p in self.parts if p.split)
         whole = sum(p.bytes for p in self.parts if not p.split)
         return math.ceil((split / gpus + whole) * (1 + FRAGMENTATION) + CUDA_CONTEXT_BYTES)
@@ -106,9 +109,10 @@ class FitEstimate(BaseModel):
         return FitPart(
             name="overhead",
             bytes=self.bytes_per_gpu(1) - rest,
-            assumption=(
-                f"runtime: CUDA context and library workspaces {CUDA_CONTEXT_BYTES / GIB:g} GiB per GPU "
-                f"+ {FRAGMENTATION:.0%} of the rest for allocator fragmentation and temporary buffers"
+            assumption=Deferred(
+                N_("runtime: CUDA context and library workspaces {gib} GiB per GPU + {share} of "
+                   "the rest for allocator fragmentation and temporary buffers"),
+                gib=f"{CUDA_CONTEXT_BYTES / GIB:g}", share=f"{FRAGMENTATION:.0%}",
             ),
             split=False,
         )
@@ -189,52 +193,55 @@ def estimate_fit(
     prec = get_precision(precision) if isinstance(precision, str) else precision
     for field, value in (("context", context), ("batch", batch), ("lora_rank", lora_rank)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise FitError(f"{field} must be a whole number ≥ 1 (got {value!r})")
+            raise FitError(_("{field} must be a whole number ≥ 1 (got {value})").format(
+                field=field, value=repr(value)))
     if kv_cache_bits is not None and kv_cache_bits not in (4, 8, 16, 32):
-        raise FitError(f"kv_cache_bits must be 4, 8, 16 or 32 (got {kv_cache_bits!r})")
+        raise FitError(_("kv_cache_bits must be 4, 8, 16 or 32 (got {value})").format(
+            value=repr(kv_cache_bits)))
     if m.max_context is not None and context > m.max_context:
-        raise FitError(
-            f"context {context:,} tokens is beyond {m.name}'s limit of {m.max_context:,} tokens"
-        )
+        raise FitError(_("context {context} tokens is beyond {model}'s limit of {limit} "
+                         "tokens").format(context=f"{context:,}", model=m.name,
+                                          limit=f"{m.max_context:,}"))
 
     notes: list[str] = []
     if m.guessed:
-        notes.append(
-            f"{m.name}: {', '.join(m.guessed)} not given, estimated (layers {m.layers}, hidden {m.hidden}, "
-            f"heads {m.heads}, kv_heads {m.kv_heads}, head_dim {m.head_dim}, vocab {m.vocab:,}); "
-            "give them for an exact KV cache and activations"
-        )
+        notes.append(Deferred(
+            N_("{model}: {fields} not given, estimated (layers {layers}, hidden {hidden}, heads "
+               "{heads}, kv_heads {kv_heads}, head_dim {head_dim}, vocab {vocab}); give them for "
+               "an exact KV cache and activations"),
+            model=m.name, fields=", ".join(m.guessed), layers=m.layers, hidden=m.hidden,
+            heads=m.heads, kv_heads=m.kv_heads, head_dim=m.head_dim, vocab=f"{m.vocab:,}",
+        ))
     if m.native_context is not None and context > m.native_context:
-        notes.append(
-            f"beyond {m.native_context:,} tokens {m.name} needs YaRN rope scaling switched on (see its model card)"
-        )
+        notes.append(Deferred(
+            N_("beyond {context} tokens {model} needs YaRN rope scaling switched on (see its "
+               "model card)"),
+            context=f"{m.native_context:,}", model=m.name,
+        ))
 
     # What the job does with the precision asked for.
     if j.training and prec.kind == "gguf":
-        raise FitError(
-            f"{prec.label} is a llama.cpp inference format: it cannot be fine-tuned (use qlora or bf16)"
-        )
+        raise FitError(_("{precision} is a llama.cpp inference format: it cannot be fine-tuned "
+                         "(use qlora or bf16)").format(precision=prec.label))
     if j is Job.FULL and prec.kind != "float":
-        raise FitError(
-            f"full fine-tuning trains the weights themselves: use fp32 or bf16/fp16, not {prec.label} "
-            "(for a 4-bit base use --job qlora)"
-        )
+        raise FitError(_("full fine-tuning trains the weights themselves: use fp32 or bf16/fp16, "
+                         "not {precision} (for a 4-bit base use --job qlora)").format(
+                             precision=prec.label))
     if j is Job.LORA and prec.key in ("int4", "nf4"):
-        notes.append("LoRA on a 4-bit base is QLoRA: estimated as QLoRA")
+        notes.append(Deferred(N_("LoRA on a 4-bit base is QLoRA: estimated as QLoRA")))
         j = Job.QLORA
     compute = prec  # the dtype of activations, KV cache and (full FT) gradients
     base = prec  # the dtype the weights are stored in
     if j is Job.QLORA:
         if prec.key not in ("nf4", "int4", "bf16", "fp16", "fp32"):
-            raise FitError(
-                f"QLoRA keeps the base in 4-bit NF4 and computes in bf16/fp16: not {prec.label}"
-            )
+            raise FitError(_("QLoRA keeps the base in 4-bit NF4 and computes in bf16/fp16: not "
+                             "{precision}").format(precision=prec.label))
         base = PRECISIONS["nf4"]
         compute = prec if prec.kind == "float" else PRECISIONS["bf16"]
         if prec.key not in ("nf4", "int4"):
-            notes.append(
-                f"QLoRA stores the base in NF4 whatever the precision; {prec.label} is taken as the compute type"
-            )
+            notes.append(Deferred(
+                N_("QLoRA stores the base in NF4 whatever the precision; {precision} is taken as "
+                   "the compute type"), precision=prec.label))
     elif prec.kind != "float":
         compute = PRECISIONS["bf16"]
     act_bytes = 4 if compute.key == "fp32" else 2
@@ -246,21 +253,26 @@ def estimate_fit(
     # Weights.
     if base.kind == "float" or base.quantises_embeddings or not m.embeddings_known:
         weights = params * base.weight_bytes
-        size = f"{base.weight_bytes:g} bytes" if base.kind == "float" else f"{base.bits:g} bits"
-        text = f"{_count(params)} params × {size} ({base.label}: {base.why})"
+        size = (Deferred(N_("{n} bytes"), n=f"{base.weight_bytes:g}") if base.kind == "float"
+                else Deferred(N_("{n} bits"), n=f"{base.bits:g}"))
+        text = Deferred(N_("{count} params × {size} ({precision}: {why})"), count=_count(params),
+                        size=size, precision=base.label, why=base.why)
         if base.kind != "float" and not base.quantises_embeddings:
-            text += "; embedding share unknown for this model, all parameters taken as quantised"
+            text = Deferred(N_("{text}; embedding share unknown for this model, all parameters "
+                               "taken as quantised"), text=text)
     else:
         emb = m.embedding_params
         weights = emb * 2 + (params - emb) * base.weight_bytes
-        text = (
-            f"{_count(params - emb)} layer params × {base.bits:g} bits ({base.label}: {base.why}) "
-            f"+ {_count(emb)} embedding/output params × 2 bytes"
+        text = Deferred(
+            N_("{layer} layer params × {bits} bits ({precision}: {why}) + {emb} embedding/output "
+               "params × 2 bytes"),
+            layer=_count(params - emb), bits=f"{base.bits:g}", precision=base.label,
+            why=base.why, emb=_count(emb),
         )
     if j is Job.FULL:
-        text += "; the working copy for forward and backward"
+        text = Deferred(N_("{text}; the working copy for forward and backward"), text=text)
     if j in (Job.LORA, Job.QLORA):
-        text += " (frozen base)"
+        text = Deferred(N_("{text} (frozen base)"), text=text)
     parts.append(FitPart(name="weights", bytes=math.ceil(weights), assumption=text, split=True))
 
     # Adapters, gradients, optimiser states.
@@ -271,9 +283,10 @@ def estimate_fit(
                 name="adapters",
                 bytes=adapters * 4,
                 split=True,
-                assumption=(
-                    f"LoRA rank {lora_rank} on q,k,v,o,gate,up,down of every layer: {_count(adapters)} params "
-                    f"({adapters / params:.2%} of the model) × 4 bytes (fp32, the PEFT default)"
+                assumption=Deferred(
+                    N_("LoRA rank {rank} on q,k,v,o,gate,up,down of every layer: {count} params "
+                       "({share} of the model) × 4 bytes (fp32, the PEFT default)"),
+                    rank=lora_rank, count=_count(adapters), share=f"{adapters / params:.2%}",
                 ),
             )
         )
@@ -282,7 +295,8 @@ def estimate_fit(
                 name="gradients",
                 bytes=adapters * 4,
                 split=True,
-                assumption=f"adapters only: {_count(adapters)} × 4 bytes (fp32); the base is frozen",
+                assumption=Deferred(N_("adapters only: {count} × 4 bytes (fp32); the base is "
+                                       "frozen"), count=_count(adapters)),
             )
         )
         parts.append(
@@ -290,7 +304,8 @@ def estimate_fit(
                 name="optimizer",
                 bytes=adapters * 8,
                 split=True,
-                assumption=f"Adam m and v for the adapters: {_count(adapters)} × 8 bytes (fp32)",
+                assumption=Deferred(N_("Adam m and v for the adapters: {count} × 8 bytes (fp32)"),
+                                    count=_count(adapters)),
             )
         )
     elif j is Job.FULL:
@@ -300,7 +315,8 @@ def estimate_fit(
                     name="gradients",
                     bytes=params * 4,
                     split=True,
-                    assumption=f"{_count(params)} × 4 bytes (fp32 gradients)",
+                    assumption=Deferred(N_("{count} × 4 bytes (fp32 gradients)"),
+                                        count=_count(params)),
                 )
             )
             parts.append(
@@ -308,8 +324,9 @@ def estimate_fit(
                     name="optimizer",
                     bytes=params * 8,
                     split=True,
-                    assumption=f"Adam m and v: {_count(params)} × 8 bytes (fp32); "
-                    "4+4+8 = 16 bytes per parameter of model state",
+                    assumption=Deferred(N_("Adam m and v: {count} × 8 bytes (fp32); 4+4+8 = 16 "
+                                           "bytes per parameter of model state"),
+                                        count=_count(params)),
                 )
             )
         else:
@@ -318,7 +335,9 @@ def estimate_fit(
                     name="gradients",
                     bytes=params * 2,
                     split=True,
-                    assumption=f"{_count(params)} × 2 bytes ({compute.label} gradients, mixed precision)",
+                    assumption=Deferred(N_("{count} × 2 bytes ({precision} gradients, mixed "
+                                           "precision)"),
+                                        count=_count(params), precision=compute.label),
                 )
             )
             parts.append(
@@ -326,19 +345,20 @@ def estimate_fit(
                     name="optimizer",
                     bytes=params * 12,
                     split=True,
-                    assumption=(
-                        f"{_count(params)} × 12 bytes: fp32 master weights (4) + Adam m (4) + v (4); with the "
-                        "2+2 of weights and gradients, 16 bytes per parameter as in the ZeRO paper"
-                    ),
+                    assumption=Deferred(
+                        N_("{count} × 12 bytes: fp32 master weights (4) + Adam m (4) + v (4); "
+                           "with the 2+2 of weights and gradients, 16 bytes per parameter as in "
+                           "the ZeRO paper"), count=_count(params)),
                 )
             )
-        notes.append(
-            f"full fine-tuning with Adam keeps 16 bytes per parameter of model state ({_gib(params * 16)}) "
-            "before activations: about 8× the bf16 weights. Sharding it over GPUs needs FSDP or ZeRO-3"
-        )
+        notes.append(Deferred(
+            N_("full fine-tuning with Adam keeps 16 bytes per parameter of model state ({gib}) "
+               "before activations: about 8× the bf16 weights. Sharding it over GPUs needs FSDP "
+               "or ZeRO-3"), gib=_gib(params * 16)))
     else:
-        parts.append(FitPart(name="gradients", bytes=0, split=True, assumption="none: inference"))
-        parts.append(FitPart(name="optimizer", bytes=0, split=True, assumption="none: inference"))
+        none = Deferred(N_("none: inference"))
+        parts.append(FitPart(name="gradients", bytes=0, split=True, assumption=none))
+        parts.append(FitPart(name="optimizer", bytes=0, split=True, assumption=none))
 
     # KV cache.
     if j is Job.INFERENCE:
@@ -350,10 +370,13 @@ def estimate_fit(
                 name="kv_cache",
                 bytes=kv,
                 split=True,
-                assumption=(
-                    f"2 × {m.layers} layers × {m.kv_heads} kv_heads × {m.head_dim} head_dim × {kv_b:g} bytes "
-                    f"× {context:,} tokens × {batch} = {per_token / 1024:g} KiB per token"
-                    + ("" if kv_cache_bits else " (KV cache in 16-bit, the engines' default)")
+                assumption=Deferred(
+                    N_("2 × {layers} layers × {kv_heads} kv_heads × {head_dim} head_dim × {bytes} "
+                       "bytes × {context} tokens × {batch} = {kib} KiB per token{default}"),
+                    layers=m.layers, kv_heads=m.kv_heads, head_dim=m.head_dim, bytes=f"{kv_b:g}",
+                    context=f"{context:,}", batch=batch, kib=f"{per_token / 1024:g}",
+                    default="" if kv_cache_bits
+                    else Deferred(N_(" (KV cache in 16-bit, the engines' default)")),
                 ),
             )
         )
@@ -363,7 +386,7 @@ def estimate_fit(
                 name="kv_cache",
                 bytes=0,
                 split=True,
-                assumption="none: training does not keep a KV cache",
+                assumption=Deferred(N_("none: training does not keep a KV cache")),
             )
         )
 
@@ -371,30 +394,34 @@ def estimate_fit(
     h, i = m.hidden, m.intermediate
     if j is Job.INFERENCE:
         act = tokens * (2 * h + 2 * i) * act_bytes + batch * m.vocab * 4
-        text = (
-            f"peak of a prefill of {context:,} tokens × {batch} at once: hidden states and one MLP's gate/up "
-            f"outputs (2·{h} + 2·{i} values × {act_bytes} bytes per token) + last-token logits in fp32; "
-            "engines that chunk the prefill need less"
+        text = Deferred(
+            N_("peak of a prefill of {context} tokens × {batch} at once: hidden states and one "
+               "MLP's gate/up outputs (2·{hidden} + 2·{inter} values × {bytes} bytes per token) + "
+               "last-token logits in fp32; engines that chunk the prefill need less"),
+            context=f"{context:,}", batch=batch, hidden=h, inter=i, bytes=act_bytes,
         )
     else:
         per_layer = 4 * h + 2 * m.heads * m.head_dim + 2 * m.kv_heads * m.head_dim + 4 * i
         logits = tokens * m.vocab * (act_bytes + 4)
         if gradient_checkpointing:
             act = tokens * (m.layers * h + per_layer) * act_bytes + logits
-            text = (
-                f"gradient checkpointing on: each layer's input ({h} values/token) kept for {m.layers} layers, "
-                f"plus one layer recomputed ({per_layer:,} values/token)"
+            text = Deferred(
+                N_("gradient checkpointing on: each layer's input ({hidden} values/token) kept for "
+                   "{layers} layers, plus one layer recomputed ({per_layer} values/token)"),
+                hidden=h, layers=m.layers, per_layer=f"{per_layer:,}",
             )
         else:
             act = tokens * m.layers * per_layer * act_bytes + logits
-            text = (
-                f"gradient checkpointing off: every layer keeps {per_layer:,} values/token for backward "
-                "(norm inputs, q/k/v, attention output, gate/up/product of the MLP; FlashAttention, no s² "
-                "scores; in the manner of Korthikanti et al. 2022)"
+            text = Deferred(
+                N_("gradient checkpointing off: every layer keeps {per_layer} values/token for "
+                   "backward (norm inputs, q/k/v, attention output, gate/up/product of the MLP; "
+                   "FlashAttention, no s² scores; in the manner of Korthikanti et al. 2022)"),
+                per_layer=f"{per_layer:,}",
             )
-        text += (
-            f"; × {act_bytes} bytes × {context:,} tokens × {batch}; + logits {m.vocab:,} × "
-            f"({act_bytes}+4 fp32) bytes per token for the loss"
+        text = Deferred(
+            N_("{text}; × {bytes} bytes × {context} tokens × {batch}; + logits {vocab} × "
+               "({bytes}+4 fp32) bytes per token for the loss"),
+            text=text, bytes=act_bytes, context=f"{context:,}", batch=batch, vocab=f"{m.vocab:,}",
         )
     parts.append(FitPart(name="activations", bytes=math.ceil(act), assumption=text, split=False))
 
@@ -422,13 +449,15 @@ def estimate_fit(
             lora_rank=lora_rank,
             gradient_checkpointing=gradient_checkpointing,
         )
-        msg = (
-            f"LoRA keeps the whole base model in {prec.label} ({_gib(weights)} of weights); "
-            f"QLoRA (a 4-bit NF4 base) would need about {q.total_gib:.1f} GiB in total"
+        msg = Deferred(
+            N_("LoRA keeps the whole base model in {precision} ({gib} of weights); QLoRA (a 4-bit "
+               "NF4 base) would need about {total} GiB in total"),
+            precision=prec.label, gib=_gib(weights), total=f"{q.total_gib:.1f}",
         )
         small = 24 * GIB * 0.99
         if estimate.total_bytes > small >= q.total_bytes:
-            msg += f": a {prec.label} LoRA of {m.name} does not fit a 24 GiB card, QLoRA does"
+            msg = Deferred(N_("{text}: a {precision} LoRA of {model} does not fit a 24 GiB card, "
+                              "QLoRA does"), text=msg, precision=prec.label, model=m.name)
         estimate = estimate.model_copy(update={"notes": (*estimate.notes, msg)})
     return estimate
 
@@ -451,7 +480,7 @@ class FitOption(BaseModel):
     hourly: Decimal | None  # the instance of `count` GPUs, cheapest known price
     quote: Quote | None
     interconnect: str
-    warnings: tuple[str, ...] = ()
+    warnings: SkipValidation[tuple[str, ...]] = ()  # English strings (JSON); Deferred: shown()
 
     @property
     def provider(self) -> str | None:
@@ -488,22 +517,25 @@ def _warnings(estimate: FitEstimate, spec: GpuSpec, count: int, fits: bool) -> l
     out: list[str] = []
     if fits and count > 1:
         if not spec.has_nvlink:
-            out.append("PCIe only: slower")
+            out.append(Deferred(N_("PCIe only: slower")))
         elif spec.nvlink_kind == "bridge-2gpu":
-            out.append(
-                "NVLink bridge only if the host has one fitted (most rentals do not); otherwise PCIe: slower"
+            out.append(Deferred(
+                N_("NVLink bridge only if the host has one fitted (most rentals do not); "
+                   "otherwise PCIe: slower")
                 if count == 2
-                else "NVLink bridges join pairs only: PCIe between pairs, slower"
-            )
+                else N_("NVLink bridges join pairs only: PCIe between pairs, slower")
+            ))
         if estimate.job is Job.INFERENCE and estimate.heads % count:
-            out.append(
-                f"{count}-way tensor parallel needs the {estimate.heads} attention heads divisible by {count} "
-                "(vLLM refuses): split by layers (pipeline) instead"
-            )
+            out.append(Deferred(
+                N_("{count}-way tensor parallel needs the {heads} attention heads divisible by "
+                   "{count} (vLLM refuses): split by layers (pipeline) instead"),
+                count=count, heads=estimate.heads,
+            ))
     if estimate.precision in ("bf16",) and spec.bf16_tflops == 0:
-        out.append("no BF16 on this card: run in FP16")
+        out.append(Deferred(N_("no BF16 on this card: run in FP16")))
     if estimate.precision == "fp8" and spec.fp8_tflops == 0:
-        out.append("no FP8 tensor cores: FP8 weights are computed in 16-bit (slower)")
+        out.append(Deferred(N_("no FP8 tensor cores: FP8 weights are computed in 16-bit "
+                               "(slower)")))
     return out
 
 
@@ -522,7 +554,7 @@ def cards_that_fit(
     rows = load_prices() if prices is None else list(prices)
     counts = sorted(set(counts))
     if not counts or counts[0] < 1:
-        raise FitError("GPU counts must be whole numbers ≥ 1")
+        raise FitError(_("GPU counts must be whole numbers ≥ 1"))
     options = []
     for spec in specs.values():
         usable = spec.usable_bytes
@@ -539,11 +571,11 @@ def cards_that_fit(
         )
         warnings = _warnings(estimate, spec, shown, fits)
         if not fits:
-            warnings.insert(
-                0,
-                f"does not fit {shown}×: needs {estimate.gib_per_gpu(shown):.1f} GiB per GPU "
-                f"of {spec.usable_gib:.1f} GiB usable",
-            )
+            warnings.insert(0, Deferred(
+                N_("does not fit {count}×: needs {need} GiB per GPU of {usable} GiB usable"),
+                count=shown, need=f"{estimate.gib_per_gpu(shown):.1f}",
+                usable=f"{spec.usable_gib:.1f}",
+            ))
         elif q is not None and q.note:
             warnings.append(q.note)
         options.append(

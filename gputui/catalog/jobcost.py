@@ -8,15 +8,18 @@ import math
 from collections.abc import Iterable, Mapping
 from decimal import ROUND_HALF_UP, Decimal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SkipValidation
 
-from gputui.i18n import _
+from gputui.i18n import N_, Deferred, _, shown
 from gputui.models import Granularity, money
 
 from .errors import CatalogError
 from .match import match_card
 from .prices import PACKAGE_HOURS, PriceRow, load_prices, quote
 from .specs import GpuSpec
+
+# a package's name where a sentence says it ("the daily package")
+PACKAGE_NAMES = {"daily": N_("daily"), "weekly": N_("weekly"), "monthly": N_("monthly")}
 
 
 def _hours(hours: float | int | Decimal | str) -> Decimal:
@@ -77,7 +80,7 @@ class JobCost(BaseModel):
     by_granularity: dict[
         Granularity, Decimal
     ]  # the same rate billed per second/minute/started hour
-    notes: tuple[str, ...] = ()
+    notes: SkipValidation[tuple[str, ...]] = ()  # English strings (JSON); Deferred: shown()
 
     @property
     def provider(self) -> str:
@@ -117,11 +120,12 @@ def job_cost(row: PriceRow, count: int, hours: float | int | Decimal | str) -> J
         units = 0 if seconds == 0 else math.ceil(seconds / period)
         billed_seconds = Decimal(units * period)
         if units:
-            notes.append(f"bought as {units} whole {row.package} package(s)")
+            notes.append(Deferred(N_("bought as {units} whole {package} package(s)"),
+                                  units=units, package=Deferred(PACKAGE_NAMES[row.package])))
     else:
         billed_seconds = Decimal(row.billing_rule(q.billed_gpus).billed_seconds(float(seconds)))
     if row.is_spot:
-        notes.append("spot/interruptible: the provider may stop it at any time")
+        notes.append(Deferred(N_("spot/interruptible: the provider may stop it at any time")))
     if row.note:
         notes.append(row.note)
     cost = money(q.per_hour * billed_seconds / Decimal(3600))
@@ -180,24 +184,27 @@ class BreakEven(BaseModel):
 
     @property
     def statement(self) -> str:
-        p = self.package.package
+        """English as a string (JSON); `shown()` gives it in the interface language."""
+        params = {"provider": self.provider, "tier": self.package.tier,
+                  "package": Deferred(PACKAGE_NAMES.get(self.package.package,
+                                                        self.package.package)),
+                  "hourly": self.hourly.tier, "hours": self.break_even_hours,
+                  "period": self.period_hours}
         if not self.pays_off:
-            return (
-                f"{self.provider} {self.package.tier}: the {p} package never beats {self.hourly.tier} "
-                f"hourly ({self.break_even_hours} h needed of {self.period_hours} h)"
-            )
-        return (
-            f"{self.provider} {self.package.tier}: the {p} package is cheaper than {self.hourly.tier} hourly "
-            f"above {self.break_even_hours} h of use per {self.period_hours} h"
-        )
+            return Deferred(N_("{provider} {tier}: the {package} package never beats {hourly} "
+                               "hourly ({hours} h needed of {period} h)"), **params)
+        return Deferred(N_("{provider} {tier}: the {package} package is cheaper than {hourly} "
+                           "hourly above {hours} h of use per {period} h"), **params)
 
 
 def break_even_hours(hourly: PriceRow, package: PriceRow) -> Decimal:
     """Hours of use per package period above which `package` costs less than paying `hourly`."""
     if package.package not in PACKAGE_HOURS:
-        raise CatalogError(f"{package.label} is not a daily/weekly/monthly package")
+        raise CatalogError(_("{row} is not a daily/weekly/monthly package").format(
+            row=shown(package.label)))
     if hourly.price_per_gpu_hour <= 0:
-        raise CatalogError(f"{hourly.label} has no hourly price to compare")
+        raise CatalogError(_("{row} has no hourly price to compare").format(
+            row=shown(hourly.label)))
     per_package = package.price_per_gpu_hour * PACKAGE_HOURS[package.package]
     return (per_package / hourly.price_per_gpu_hour).quantize(
         Decimal("0.1"), rounding=ROUND_HALF_UP

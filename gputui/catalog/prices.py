@@ -12,8 +12,17 @@ from decimal import Decimal, InvalidOperation
 from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SkipValidation,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from gputui.i18n import N_, Deferred, _
 from gputui.models import BillingRule, Granularity, Offer, PackageKind
 
 from .errors import AmbiguousGpu, CatalogError, UnknownGpu
@@ -30,7 +39,7 @@ class PriceRow(BaseModel):
 
     provider: str = Field(min_length=1)
     tier: str = Field(default="on-demand", min_length=1)
-    gpu: str = Field(min_length=1, description="card key of gpus.toml")
+    gpu: str = Field(min_length=1)  # card key of gpus.toml
     price_per_gpu_hour: Decimal = Field(ge=0)
     price_max_per_gpu_hour: Decimal | None = Field(default=None, ge=0)
     gpu_counts: tuple[int, ...] = (1,)
@@ -62,9 +71,9 @@ class PriceRow(BaseModel):
         if isinstance(v, int) and not isinstance(v, bool):
             v = [v]
         if not isinstance(v, list | tuple) or not v:
-            raise ValueError("must be a non-empty list of GPU counts, e.g. [1] or [1, 2, 4, 8]")
+            raise ValueError(_("must be a non-empty list of GPU counts, e.g. [1] or [1, 2, 4, 8]"))
         if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in v):
-            raise ValueError("every GPU count must be a whole number ≥ 1")
+            raise ValueError(_("every GPU count must be a whole number ≥ 1"))
         return tuple(sorted(set(v)))
 
     @field_validator("currency")
@@ -78,7 +87,7 @@ class PriceRow(BaseModel):
             self.price_max_per_gpu_hour is not None
             and self.price_max_per_gpu_hour < self.price_per_gpu_hour
         ):
-            raise ValueError("price_max_per_gpu_hour is below price_per_gpu_hour")
+            raise ValueError(_("price_max_per_gpu_hour is below price_per_gpu_hour"))
         return self
 
     @property
@@ -98,10 +107,12 @@ class PriceRow(BaseModel):
     def caveat(self) -> str:
         """What keeps this per-GPU price from being one a renter simply pays: 'spot' (it can be
         taken away), '8× only' (sold only as bigger instances), both, or ''."""
-        parts = ["spot"] if self.is_spot else []
-        if 1 not in self.gpu_counts:
-            parts.append(f"{'/'.join(str(c) for c in self.gpu_counts)}× only")
-        return ", ".join(parts)
+        sizes = "/".join(str(c) for c in self.gpu_counts)
+        if 1 in self.gpu_counts:
+            return Deferred(N_("spot")) if self.is_spot else ""
+        if self.is_spot:
+            return Deferred(N_("spot, {sizes}× only"), sizes=sizes)
+        return Deferred(N_("{sizes}× only"), sizes=sizes)
 
     @property
     def caveat_rank(self) -> int:
@@ -112,9 +123,10 @@ class PriceRow(BaseModel):
     def label(self) -> str:
         """Who sells it, and in what sizes where a single GPU is not one of them: a per-GPU
         price quoted for 8-GPU nodes is not a price anyone pays for one GPU."""
-        sizes = "" if 1 in self.gpu_counts else \
-            f" ({'/'.join(str(c) for c in self.gpu_counts)}× only)"
-        return f"{self.provider} {self.tier}{sizes}"
+        if 1 in self.gpu_counts:  # (a converted row's tier is a Deferred: keep it one)
+            return Deferred("{provider} {tier}", provider=self.provider, tier=self.tier)
+        return Deferred(N_("{provider} {tier} ({sizes}× only)"), provider=self.provider,
+                        tier=self.tier, sizes="/".join(str(c) for c in self.gpu_counts))
 
     def billing_rule(self, gpus: int = 1) -> BillingRule:
         """The billing rule of an instance of `gpus` GPUs at this row's per-GPU price."""
@@ -140,18 +152,19 @@ class PriceRow(BaseModel):
 
 def _decimal(v: Any) -> Decimal:
     if isinstance(v, bool):
-        raise ValueError("must be a number")
+        raise ValueError(_("must be a number"))
     if isinstance(v, Decimal):
         return v
     if isinstance(v, int | float | str):
         try:
             d = Decimal(str(v).strip())
         except InvalidOperation:
-            raise ValueError(f"must be a decimal number (got {v!r})") from None
+            raise ValueError(_("must be a decimal number (got {value})").format(
+                value=repr(v))) from None
         if not d.is_finite():
-            raise ValueError(f"must be a finite number (got {v!r})")
+            raise ValueError(_("must be a finite number (got {value})").format(value=repr(v)))
         return d
-    raise ValueError(f"must be a decimal number (got {v!r})")
+    raise ValueError(_("must be a decimal number (got {value})").format(value=repr(v)))
 
 
 def _package_price(fields: dict[str, Any]) -> dict[str, Any]:
@@ -164,14 +177,15 @@ def _package_price(fields: dict[str, Any]) -> dict[str, Any]:
     hours = PACKAGE_HOURS.get(str(fields.get("package", "")))
     if hours is None:
         raise CatalogError(
-            "field 'price_per_gpu_package': needs package = daily, weekly or monthly"
+            _("field 'price_per_gpu_package': needs package = daily, weekly or monthly")
         )
     try:
         per_package = _decimal(pkg_price)
     except ValueError as exc:
-        raise CatalogError(f"field 'price_per_gpu_package': {exc}") from None
+        raise CatalogError(_("field 'price_per_gpu_package': {problem}").format(
+            problem=exc)) from None
     if per_package < 0:
-        raise CatalogError("field 'price_per_gpu_package': must be ≥ 0")
+        raise CatalogError(_("field 'price_per_gpu_package': must be ≥ 0"))
     fields.setdefault("price_per_gpu_hour", per_package / hours)
     return fields
 
@@ -183,7 +197,7 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
     field = ".".join(str(p) for p in err["loc"]) or "row"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = "unknown field"
+        msg = _("unknown field")
     return field, msg
 
 
@@ -198,13 +212,16 @@ def _reference_rows() -> tuple[PriceRow, ...]:
         try:
             row = PriceRow(**_package_price(data))
         except CatalogError as exc:
-            raise CatalogError(f"prices.toml row {i}: {exc}") from None
+            raise CatalogError(_("prices.toml row {i}: {problem}").format(
+                i=i, problem=exc)) from None
         except ValidationError as exc:
             field, msg = _first_error(exc)
-            raise CatalogError(f"prices.toml row {i}: field {field!r}: {msg}") from exc
+            raise CatalogError(_("prices.toml row {i}: field {field}: {problem}").format(
+                i=i, field=repr(field), problem=msg)) from exc
         if row.gpu not in specs:
             raise CatalogError(
-                f"prices.toml row {i}: field 'gpu': {row.gpu!r} is not a card of gpus.toml"
+                _("prices.toml row {i}: field 'gpu': {gpu} is not a card of gpus.toml").format(
+                    i=i, gpu=repr(row.gpu))
             )
         rows.append(row)
     return tuple(rows)
@@ -220,19 +237,22 @@ def parse_override(
     specs = load_specs() if specs is None else specs
     if not isinstance(data, Mapping):
         raise CatalogError(
-            f"price override {index}: must be a table of fields, not {type(data).__name__}"
+            _("price override {index}: must be a table of fields, not {kind}").format(
+                index=index, kind=type(data).__name__)
         )
-    where = f"price override {index}"
+    where = _("price override {index}").format(index=index)
     if data.get("provider") and data.get("gpu"):
         where += f" ({data['provider']} {data['gpu']})"
     fields = dict(data)
     gpu = fields.get("gpu")
     if not isinstance(gpu, str) or not gpu.strip():
-        raise CatalogError(f"{where}: field 'gpu': missing (a card name such as 'RTX 4090')")
+        raise CatalogError(_("{where}: field 'gpu': missing (a card name such as 'RTX "
+                             "4090')").format(where=where))
     try:
         fields["gpu"] = match_card(gpu, specs).key
     except (UnknownGpu, AmbiguousGpu) as exc:
-        raise CatalogError(f"{where}: field 'gpu': {exc}") from None
+        raise CatalogError(_("{where}: field 'gpu': {problem}").format(
+            where=where, problem=exc)) from None
     fields.setdefault("as_of", "user config")
     fields.setdefault("source", "config.toml")
     fields["user"] = True
@@ -244,7 +264,8 @@ def parse_override(
         return PriceRow(**fields)
     except ValidationError as exc:
         field, msg = _first_error(exc)
-        raise CatalogError(f"{where}: field {field!r}: {msg}") from None
+        raise CatalogError(_("{where}: field {field}: {problem}").format(
+            where=where, field=repr(field), problem=msg)) from None
     except (TypeError, ValueError) as exc:
         raise CatalogError(f"{where}: {exc}") from None
 
@@ -281,7 +302,7 @@ class Quote(BaseModel):
     count: int  # GPUs wanted
     billed_gpus: int  # GPUs paid for (an 8-GPU node bills 8)
     per_hour: Decimal  # the instance, per hour
-    note: str | None = None
+    note: SkipValidation[str | None] = None  # English (JSON); a Deferred: shown()
 
 
 def quote(row: PriceRow, count: int) -> Quote:
@@ -292,17 +313,18 @@ def quote(row: PriceRow, count: int) -> Quote:
     rate is assumed to hold, and the quote says so.
     """
     if count < 1:
-        raise CatalogError(f"GPU count must be ≥ 1 (got {count})")
+        raise CatalogError(_("GPU count must be ≥ 1 (got {value})").format(value=count))
     sizes = [c for c in row.gpu_counts if c >= count]
     note = None
     if sizes:
         billed = min(sizes)
         if billed != count:
-            note = f"sold as {billed}-GPU instances: pays for {billed}"
+            note = Deferred(N_("sold as {n}-GPU instances: pays for {n}"), n=billed)
     else:
         billed = count
         quoted = "/".join(f"{c}×" for c in row.gpu_counts)
-        note = f"{count}× assumed at the per-GPU rate quoted for {quoted}"
+        note = Deferred(N_("{count}× assumed at the per-GPU rate quoted for {quoted}"),
+                        count=count, quoted=quoted)
     return Quote(
         row=row,
         count=count,

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gputui.i18n import _
+from gputui.i18n import N_, Deferred, _
 
 from .errors import FitError
 
@@ -292,33 +292,35 @@ def custom_model(
     if n < 1_000_000:
         raise FitError(_("params is the parameter count, e.g. 13e9 for a 13B model (got "
                          "{value})").format(value=repr(params)))
+    # the shape fields estimated, by their names (--layers, --kv-heads...: the note lists them)
     guessed: list[str] = []
+    guess = guessed.append
     if hidden is None:
-        guessed.append("hidden")
+        guess("hidden")
         if layers is None:
             hidden = round((128 * n / 12) ** (1 / 3))
         else:
             hidden = round(math.sqrt(n / (12 * layers)))
     if layers is None:
-        guessed.append("layers")
+        guess("layers")
         layers = max(1, round(n / (12 * hidden * hidden)))
     if head_dim is None:
         if heads is not None and hidden % heads == 0:
             head_dim = hidden // heads
         else:
-            guessed.append("head_dim")
+            guess("head_dim")
             head_dim = 128
     if heads is None:
-        guessed.append("heads")
+        guess("heads")
         heads = max(1, round(hidden / head_dim))
     if kv_heads is None:
-        guessed.append("kv_heads")
+        guess("kv_heads")
         kv_heads = heads
     if vocab is None:
-        guessed.append("vocab")
+        guess("vocab")
         vocab = 128_000
     if intermediate is None:
-        guessed.append("intermediate")
+        guess("intermediate")
         embed = 0 if "vocab" in guessed else 2 * vocab * hidden
         attn = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
         intermediate = max(hidden, round(((n - embed) / layers - attn) / (3 * hidden)))
@@ -358,16 +360,18 @@ class Precision:
 PRECISIONS: dict[str, Precision] = {
     p.key: p
     for p in (
-        Precision("fp32", "fp32", 32, "float", True, "4 bytes per parameter"),
-        Precision("bf16", "bf16", 16, "float", True, "2 bytes per parameter"),
-        Precision("fp16", "fp16", 16, "float", True, "2 bytes per parameter"),
+        Precision("fp32", "fp32", 32, "float", True, Deferred(N_("4 bytes per parameter"))),
+        Precision("bf16", "bf16", 16, "float", True, Deferred(N_("2 bytes per parameter"))),
+        Precision("fp16", "fp16", 16, "float", True, Deferred(N_("2 bytes per parameter"))),
         Precision(
             "fp8",
             "fp8",
             8,
             "quant",
             False,
-            "1 byte per parameter (per-tensor scales negligible); embeddings and output head kept in bf16",
+            Deferred(N_(
+                "1 byte per parameter (per-tensor scales negligible); embeddings and output head kept in bf16"
+            )),
         ),
         Precision(
             "int8",
@@ -375,7 +379,9 @@ PRECISIONS: dict[str, Precision] = {
             8,
             "quant",
             False,
-            "1 byte per parameter (LLM.int8 / W8A16; scales negligible); embeddings and output head kept in bf16",
+            Deferred(N_(
+                "1 byte per parameter (LLM.int8 / W8A16; scales negligible); embeddings and output head kept in bf16"
+            )),
         ),
         Precision(
             "int4",
@@ -383,8 +389,10 @@ PRECISIONS: dict[str, Precision] = {
             4.156,
             "quant",
             False,
-            "4 bits + an fp16 scale and 4-bit zero point per group of 128 (GPTQ/AWQ) = 4.16 bits; "
-            "embeddings and output head kept in bf16",
+            Deferred(N_(
+                "4 bits + an fp16 scale and 4-bit zero point per group of 128 (GPTQ/AWQ) = 4.16 bits; "
+                "embeddings and output head kept in bf16"
+            )),
         ),
         Precision(
             "nf4",
@@ -392,8 +400,10 @@ PRECISIONS: dict[str, Precision] = {
             4.127,
             "quant",
             False,
-            "4-bit NormalFloat with double quantisation = 4.127 bits (QLoRA paper, Dettmers et al. 2023, §3); "
-            "embeddings and output head kept in bf16",
+            Deferred(N_(
+                "4-bit NormalFloat with double quantisation = 4.127 bits (QLoRA paper, Dettmers et al. 2023, §3); "
+                "embeddings and output head kept in bf16"
+            )),
         ),
         Precision(
             "q4_k_m",
@@ -401,7 +411,9 @@ PRECISIONS: dict[str, Precision] = {
             4.85,
             "gguf",
             True,
-            "4.85 bits per weight over the whole file (llama.cpp's usual Q4_K_M figure)",
+            Deferred(N_(
+                "4.85 bits per weight over the whole file (llama.cpp's usual Q4_K_M figure)"
+            )),
         ),
         Precision(
             "q5_k_m",
@@ -409,7 +421,9 @@ PRECISIONS: dict[str, Precision] = {
             5.69,
             "gguf",
             True,
-            "5.69 bits per weight over the whole file (llama.cpp's usual Q5_K_M figure)",
+            Deferred(N_(
+                "5.69 bits per weight over the whole file (llama.cpp's usual Q5_K_M figure)"
+            )),
         ),
         Precision(
             "q8_0",
@@ -417,7 +431,9 @@ PRECISIONS: dict[str, Precision] = {
             8.5,
             "gguf",
             True,
-            "8.5 bits per weight: 32 int8 + one fp16 scale per block (llama.cpp Q8_0)",
+            Deferred(N_(
+                "8.5 bits per weight: 32 int8 + one fp16 scale per block (llama.cpp Q8_0)"
+            )),
         ),
     )
 }

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gputui.i18n import N_, Deferred, _
+
 from .errors import CatalogError
 
 GIB = 1024**3
@@ -32,7 +34,7 @@ class GpuSpec(BaseModel):
     name: str
     architecture: str
     form_factor: str
-    vram_gb: float = Field(gt=0, description="marketed capacity; NVIDIA's 'GB' here are GiB")
+    vram_gb: float = Field(gt=0)  # marketed capacity; NVIDIA's "GB" here are GiB
     memory_type: str
     memory_bandwidth_gbs: float = Field(gt=0)
     fp32_tflops: float = Field(ge=0)
@@ -65,7 +67,7 @@ class GpuSpec(BaseModel):
         if self.nvlink_kind == "nvswitch":
             return f"NVLink {gbs} (NVSwitch)"
         if self.nvlink_kind == "bridge-2gpu":
-            return f"NVLink bridge {gbs} (2 GPUs)"
+            return Deferred(N_("NVLink bridge {gbs} (2 GPUs)"), gbs=gbs)
         return f"NVLink {gbs} ({self.nvlink_kind})"
 
     @property
@@ -92,13 +94,17 @@ class GpuSpec(BaseModel):
 
     @property
     def usable_note(self) -> str:
+        basis: str
         if self.nvidia_smi_total_mib is not None:
-            basis = f"nvidia-smi reports {self.nvidia_smi_total_mib} MiB"
+            basis = Deferred(N_("nvidia-smi reports {mib} MiB"), mib=self.nvidia_smi_total_mib)
         elif self.ecc and self.memory_type.upper().startswith("GDDR"):
-            basis = f"{self.vram_gb:g} GiB less 1/16 for ECC on {self.memory_type}"
+            basis = Deferred(N_("{gib} GiB less 1/16 for ECC on {memory}"),
+                             gib=f"{self.vram_gb:g}", memory=self.memory_type)
         else:
             basis = f"{self.vram_gb:g} GiB"
-        return f"{self.name}: {basis}, {USABLE_FRACTION:.0%} allocatable = {self.usable_gib:.1f} GiB"
+        return Deferred(N_("{name}: {basis}, {share} allocatable = {usable} GiB"), name=self.name,
+                        basis=basis, share=f"{USABLE_FRACTION:.0%}",
+                        usable=f"{self.usable_gib:.1f}")
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able figures (tensor figures dense)."""
@@ -113,7 +119,8 @@ def _load_toml(filename: str) -> dict[str, Any]:
     try:
         return tomllib.loads(_data_text(filename))
     except (OSError, tomllib.TOMLDecodeError) as exc:  # a broken install, not a user error
-        raise CatalogError(f"catalog data {filename} cannot be read: {exc}") from exc
+        raise CatalogError(_("catalog data {file} cannot be read: {error}").format(
+            file=filename, error=exc)) from exc
 
 
 @cache
@@ -129,7 +136,8 @@ def _specs() -> tuple[GpuSpec, ...]:
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
-            raise CatalogError(f"gpus.toml [{key}] field {field!r}: {err['msg']}") from exc
+            raise CatalogError(_("gpus.toml [{key}] field {field}: {problem}").format(
+                key=key, field=repr(field), problem=err["msg"])) from exc
     return tuple(specs)
 
 

@@ -38,10 +38,11 @@ from gputui.catalog import (
 from gputui.catalog.fit import FitEstimate, FitOption
 from gputui.catalog.jobcost import BreakEven, JobCost
 from gputui.format import short_gpu
-from gputui.i18n import _
+from gputui.i18n import N_, Deferred, _
 from gputui.models import Offer
 
-PRICE_NOTE = "reference prices with their date, not live quotes"
+# English (it goes into the JSON too): translate it with _() where it is shown
+PRICE_NOTE = N_("reference prices with their date, not live quotes")
 INTERCONNECTS = ("nvlink", "pcie")
 
 # --- prices -------------------------------------------------------------------------------------
@@ -188,7 +189,10 @@ def _as_of(row: CardRow) -> str:
 
 
 def _where(row: CardRow) -> str:
-    return f"{row.lowest.provider} {row.lowest.tier}" if row.lowest else "—"
+    if not row.lowest:
+        return "—"
+    # a converted row's tier is a Deferred ("on-demand (USD at ¥7.2/$)"): shown() translates it
+    return Deferred("{provider} {tier}", provider=row.lowest.provider, tier=row.lowest.tier)
 
 
 def _price_cell(row: CardRow) -> str:
@@ -198,10 +202,11 @@ def _price_cell(row: CardRow) -> str:
     low = row.lowest
     if low is None or not low.caveat:
         return text
-    short = ["spot"] if low.is_spot else []
-    if 1 not in low.gpu_counts:
-        short.append(f"{min(low.gpu_counts)}×")
-    return f"{text} {' '.join(short)}"
+    if 1 in low.gpu_counts:  # spot: one GPU, taken away at any time
+        return Deferred(N_("{price} spot"), price=text)
+    if low.is_spot:
+        return Deferred(N_("{price} spot {n}×"), price=text, n=min(low.gpu_counts))
+    return f"{text} {min(low.gpu_counts)}×"
 
 
 # Most important first: a narrow terminal cuts from the right.
@@ -209,7 +214,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "name",
         "GPU",
-        "card name",
+        N_("card name"),
         lambda r: r.spec.name.lower(),
         lambda r: short_gpu(r.spec.name),
         numeric=False,
@@ -217,7 +222,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "vram",
         "VRAM",
-        "memory, GiB",
+        N_("memory, GiB"),
         lambda r: r.spec.vram_gb,
         lambda r: f"{r.spec.vram_gb:g} GiB",  # marketed "GB" are GiB (catalog/fit.py)
         descending=True,
@@ -225,14 +230,14 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "price",
         "$/GPU·h",
-        "lowest price per GPU-hour one GPU rents at on demand (else marked spot or N× only)",
+        N_("lowest price per GPU-hour one GPU rents at on demand (else marked spot or N× only)"),
         lambda r: r.perf.usd_per_gpu_hour,
         _price_cell,
     ),
     Column(
         "provider",
-        "Price at",
-        "provider and tier of that price",
+        N_("Price at"),
+        N_("provider and tier of that price"),
         lambda r: _where(r).lower() if r.lowest else None,
         _where,
         numeric=False,
@@ -240,7 +245,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "bandwidth",
         "GB/s",
-        "memory bandwidth, GB/s",
+        N_("memory bandwidth, GB/s"),
         lambda r: r.spec.memory_bandwidth_gbs,
         lambda r: _fig(r.spec.memory_bandwidth_gbs),
         descending=True,
@@ -248,7 +253,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "bf16",
         "BF16 TF",
-        "dense BF16 tensor TFLOPS",
+        N_("dense BF16 tensor TFLOPS"),
         lambda r: r.spec.bf16_tflops or None,
         lambda r: _fig(r.spec.bf16_tflops),
         descending=True,
@@ -256,7 +261,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "fp8",
         "FP8 TF",
-        "dense FP8 tensor TFLOPS",
+        N_("dense FP8 tensor TFLOPS"),
         lambda r: r.spec.fp8_tflops or None,
         lambda r: _fig(r.spec.fp8_tflops),
         descending=True,
@@ -264,21 +269,21 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "usd_per_tflop",
         "$/TF·h",
-        "$ per dense BF16 TFLOP-hour",
+        N_("$ per dense BF16 TFLOP-hour"),
         lambda r: r.perf.usd_per_bf16_tflop_hour,
         lambda r: _money(r.perf.usd_per_bf16_tflop_hour, 4, _cur(r)),
     ),
     Column(
         "usd_per_gb",
         "$/GiB·h",
-        "$ per GiB of VRAM per hour",
+        N_("$ per GiB of VRAM per hour"),
         lambda r: r.perf.usd_per_gb_vram_hour,
         lambda r: _money(r.perf.usd_per_gb_vram_hour, 4, _cur(r)),
     ),
     Column(
         "bw_per_usd",
-        "GB/s per $",
-        "memory bandwidth per $/hour",
+        N_("GB/s per $"),
+        N_("memory bandwidth per $/hour"),
         lambda r: r.perf.bandwidth_gbs_per_usd_hour,
         lambda r: (
             "—"
@@ -289,25 +294,25 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column(
         "link",
-        "Link",
-        "NVLink GB/s (0 = PCIe only)",
+        N_("Link"),
+        N_("NVLink GB/s (0 = PCIe only)"),
         lambda r: r.spec.nvlink_gbs,
         lambda r: link_label(r.spec),
         descending=True,
     ),
-    Column("tdp", "TDP W", "board power, W", lambda r: r.spec.tdp_w, lambda r: _fig(r.spec.tdp_w)),
+    Column("tdp", N_("TDP W"), N_("board power, W"), lambda r: r.spec.tdp_w, lambda r: _fig(r.spec.tdp_w)),
     Column(
         "as_of",
-        "Price as of",
-        "date of the lowest price",
+        N_("Price as of"),
+        N_("date of the lowest price"),
         lambda r: _as_of(r) if r.lowest else None,
         _as_of,
         numeric=False,
     ),
     Column(
         "arch",
-        "Architecture",
-        "architecture",
+        N_("Architecture"),
+        N_("architecture"),
         lambda r: r.spec.architecture.lower(),
         lambda r: architecture_family(r.spec),
         numeric=False,
@@ -350,13 +355,13 @@ class Filters:
     def describe(self) -> str:
         parts = []
         if self.min_vram:
-            parts.append(f"VRAM ≥ {self.min_vram:g} GiB")
+            parts.append(_("VRAM ≥ {gib} GiB").format(gib=f"{self.min_vram:g}"))
         if self.arch:
             parts.append(self.arch)
         if self.provider:
             parts.append(self.provider)
         if self.interconnect:
-            parts.append("NVLink" if self.interconnect == "nvlink" else "PCIe only")
+            parts.append("NVLink" if self.interconnect == "nvlink" else _("PCIe only"))
         return ", ".join(parts)
 
 
@@ -407,12 +412,16 @@ def rows_in_currency(rows: Iterable[PriceRow], currency: str,
             continue
         if cny_per_usd is None or {r.currency, currency} != {"USD", "CNY"}:
             continue
-        at = f"at ¥{cny_per_usd}/$"
+        # English as strings; Deferred, so that the console shows them in its language
+        note = Deferred(N_("converted from {currency} at ¥{rate}/$ ({source})"),
+                        currency=r.currency, rate=cny_per_usd,
+                        source=rate_note or Deferred(N_("your config")))
         conv = {"price_per_gpu_hour": convert(r.price_per_gpu_hour, r.currency, currency,
                                               cny_per_usd),
-                "currency": currency, "tier": f"{r.tier} ({r.currency} {at})",
-                "note": f"converted from {r.currency} {at} ({rate_note or 'your config'})"
-                        + (f"; {r.note}" if r.note else "")}
+                "currency": currency,
+                "tier": Deferred(N_("{tier} ({currency} at ¥{rate}/$)"), tier=r.tier,
+                                 currency=r.currency, rate=cny_per_usd),
+                "note": Deferred("{note}; {more}", note=note, more=r.note) if r.note else note}
         if r.price_max_per_gpu_hour is not None:
             conv["price_max_per_gpu_hour"] = convert(r.price_max_per_gpu_hour, r.currency,
                                                      currency, cny_per_usd)
@@ -434,23 +443,23 @@ def check_filters(
     specs = load_specs() if specs is None else specs
     min_vram = filters.min_vram
     if min_vram is not None and (min_vram != min_vram or min_vram < 0):
-        raise CatalogError(f"minimum VRAM must be a number ≥ 0 (got {min_vram!r})")
+        raise CatalogError(_("minimum VRAM must be a number ≥ 0 (got {value})").format(
+            value=repr(min_vram)))
     arch = (filters.arch or "").strip() or None
     if arch and not any(arch.lower() in s.architecture.lower() for s in specs.values()):
-        raise CatalogError(
-            f"unknown architecture {arch!r}; one of: {', '.join(architectures(specs))}"
-        )
+        raise CatalogError(_("unknown architecture {name}; one of: {known}").format(
+            name=repr(arch), known=", ".join(architectures(specs))))
     provider = (filters.provider or "").strip() or None
     if provider:
         known = {p.lower(): p for p in providers(rows)}
         if provider.lower() not in known:
-            raise CatalogError(
-                f"unknown provider {provider!r}; one of: {', '.join(known.values())}"
-            )
+            raise CatalogError(_("unknown provider {name}; one of: {known}").format(
+                name=repr(provider), known=", ".join(known.values())))
         provider = known[provider.lower()]
     link = (filters.interconnect or "").strip().lower() or None
     if link and link not in INTERCONNECTS:
-        raise CatalogError(f"interconnect must be nvlink or pcie (got {filters.interconnect!r})")
+        raise CatalogError(_("interconnect must be nvlink or pcie (got {value})").format(
+            value=repr(filters.interconnect)))
     return Filters(min_vram or None, arch, provider, link)
 
 
@@ -507,9 +516,11 @@ def parse_count(text: str | float | int, what: str = "params") -> float:
         try:
             value = float(raw) * mult
         except ValueError:
-            raise FitError(f"{what} must be a number such as 7e9 or 7B (got {text!r})") from None
+            raise FitError(_("{what} must be a number such as 7e9 or 7B (got {value})").format(
+                what=what, value=repr(text))) from None
     if not value > 0 or value == float("inf"):
-        raise FitError(f"{what} must be a positive number (got {text!r})")
+        raise FitError(_("{what} must be a positive number (got {value})").format(
+            what=what, value=repr(text)))
     return value
 
 
@@ -525,12 +536,12 @@ def fit_model(
     """A built-in model by name, or a custom one by its parameter count (shape optional)."""
     if params not in (None, ""):
         if model:
-            raise FitError("give a model name or --params, not both")
+            raise FitError(_("give a model name or --params, not both"))
         return custom_model(parse_count(params), layers, kv_heads, head_dim, heads=heads)
     if any(v is not None for v in (layers, kv_heads, head_dim, heads)):
-        raise FitError("--layers, --kv-heads, --head-dim and --heads go with --params")
+        raise FitError(_("--layers, --kv-heads, --head-dim and --heads go with --params"))
     if not model:
-        raise FitError("give a model name (e.g. Qwen2.5-7B) or --params N")
+        raise FitError(_("give a model name (e.g. Qwen2.5-7B) or --params N"))
     return get_model(model)
 
 
@@ -631,12 +642,41 @@ def cost(
 ) -> CostAnswer:
     """`count` × `gpu` for `hours` on every priced row, cheapest first, and package break-evens."""
     if not str(gpu).strip():
-        raise CatalogError("give a GPU name, e.g. 4090 or 'H100 SXM'")
+        raise CatalogError(_("give a GPU name, e.g. 4090 or 'H100 SXM'"))
     rows = load_prices() if prices is None else list(prices)
     spec = match_card(gpu)
     costs = job_costs(spec.key, count, hours, rows)
     h = Decimal(str(hours).strip())
     return CostAnswer(spec, count, h, costs, package_break_evens(spec.key, rows))
+
+
+# what the console and the commands call the parts of an estimate and the jobs (JSON keeps the
+# keys: weights, kv_cache, ...; inference, lora, ...)
+PART_LABELS = {"weights": N_("weights"), "adapters": N_("adapters"), "gradients": N_("gradients"),
+               "optimizer": N_("optimizer"), "kv_cache": N_("kv_cache"),
+               "activations": N_("activations"), "overhead": N_("overhead")}
+JOB_LABELS = {"inference": N_("inference"), "lora": "lora", "qlora": "qlora", "full": N_("full")}
+BILLING = {"second": N_("per second"), "minute": N_("per minute"), "hour": N_("per hour")}
+
+
+def part_label(name: str) -> str:
+    """The English name of a part of the estimate, marked: translate it with _() to show it."""
+    return PART_LABELS.get(name, name)
+
+
+def job_label(job: Any) -> str:
+    """A job's English name, marked: translate it with _() to show it."""
+    value = getattr(job, "value", job)
+    return JOB_LABELS.get(str(value), str(value))
+
+
+def billing_label(granularity: str, minimum_seconds: int = 0) -> str:
+    """'per second, 60s min' (English as a string; `shown()` gives it in the interface
+    language)."""
+    per = Deferred(BILLING.get(granularity, granularity))
+    if not minimum_seconds:
+        return per
+    return Deferred(N_("{per}, {seconds}s min"), per=per, seconds=minimum_seconds)
 
 
 def cost_cells(c: JobCost) -> list[str]:
@@ -648,8 +688,7 @@ def cost_cells(c: JobCost) -> list[str]:
         c.row.provider,
         c.row.tier,
         c.row.package,
-        f"per {c.row.granularity.value}"
-        + (f", {c.row.minimum_seconds}s min" if c.row.minimum_seconds else ""),
+        billing_label(c.row.granularity.value, c.row.minimum_seconds),
         format_money(c.cost, cur),
         f"{c.billed_hours.normalize():f}",
         format_money(c.price_per_hour, cur),

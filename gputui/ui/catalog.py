@@ -42,6 +42,7 @@ from gputui.catalog import (
 )
 from gputui.catalog.fit import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB
 from gputui.format import short_gpu
+from gputui.i18n import N_, _, pad_cells, shown
 from gputui.services import catalog as svc
 from gputui.ui.base import BaseScreen
 from gputui.ui.catalog_views import (  # noqa: F401 - bar, compare_table: tested from here
@@ -61,23 +62,54 @@ from gputui.ui.catalog_views import (  # noqa: F401 - bar, compare_table: tested
     compare_view,
 )
 
+FIT_COLUMNS = [
+    ("gpu", "GPU"),
+    ("count", N_("GPUs")),
+    ("hourly", "$/h"),
+    ("where", N_("Cheapest at")),
+    ("as_of", N_("As of")),
+    ("need", N_("GiB/GPU need/usable")),
+    ("link", N_("Link")),
+    ("notes", N_("Notes")),
+]
+COST_COLUMNS = [
+    ("provider", N_("Provider")),
+    ("tier", N_("Tier")),
+    ("cost", N_("Cost")),
+    ("billing", N_("Billing")),
+    ("package", N_("Package")),
+    ("rate", "$/h"),
+    ("billed", N_("Billed h")),
+    ("second", N_("If /s")),
+    ("minute", N_("If /min")),
+    ("hour", N_("If /h")),
+    ("as_of", N_("As of")),
+    ("notes", N_("Notes")),
+]
+# the Cost tab's package column (the JSON keeps the keys)
+PACKAGES = {"hourly": N_("hourly"), "spot": N_("spot"), "daily": N_("daily"),
+            "weekly": N_("weekly"), "monthly": N_("monthly")}
+# the Fit tab's number fields, as their error names them
+FIT_FIELDS = {"#fit-context": N_("context"), "#fit-batch": N_("batch"),
+              "#fit-layers": N_("layers"), "#fit-kv": N_("kv heads"), "#fit-hd": N_("head dim")}
+
 
 class CatalogScreen(BaseScreen):
-    TITLE = "GPU catalog"
+    TITLE = N_("GPU catalog")
     BINDINGS = [
-        Binding("1", "tab('cards')", "Cards", show=False),
-        Binding("2", "tab('compare')", "Compare", show=False),
-        Binding("3", "tab('fit')", "Fit", show=False),
-        Binding("4", "tab('cost')", "Cost", show=False),
-        Binding("s", "sort", "Sort"),
-        Binding("S", "reverse", "Reverse sort", show=False),
-        Binding("f", "filter", "Filter"),
-        Binding("space", "mark", "Mark"),
-        Binding("v", "compare", "Compare"),
-        Binding("x", "clear_marks", "Clear marks", show=False),
-        Binding("n", "new_instance", "Rent this"),
-        Binding("y", "currency", "¥/$ view", show=False),
-        Binding("escape", "back", "Back to the table", show=False),
+        Binding("1", "tab('cards')", N_("Cards"), show=False),
+        Binding("2", "tab('compare')", N_("Compare"), show=False),
+        Binding("3", "tab('fit')", N_("Fit"), show=False),
+        Binding("4", "tab('cost')", N_("Cost"), show=False),
+        Binding("s", "sort", N_("Sort")),
+        Binding("S", "reverse", N_("Reverse sort"), show=False),
+        Binding("f", "filter", N_("Filter")),
+        Binding("space", "mark", N_("Mark")),
+        Binding("v", "compare", N_("Compare")),
+        Binding("x", "clear_marks", N_("Clear marks"), show=False),
+        Binding("n", "new_instance", N_("Rent this")),
+        Binding("y", "currency", N_("¥/$ view"), show=False),
+        Binding("escape", "back", N_("Back to the table"), show=False),
     ]
     DEFAULT_CSS = """
     CatalogScreen TabbedContent { height: 1fr; }
@@ -130,39 +162,39 @@ class CatalogScreen(BaseScreen):
     def compose_body(self) -> ComposeResult:
         rows = self._load_rows()
         with TabbedContent(initial="cards-tab", id="tabs"):
-            with TabPane("1 Cards", id="cards-tab"):
+            with TabPane(_("1 Cards"), id="cards-tab"):
                 yield Static("", id="cards-status")
                 with Horizontal(classes="bar", id="filters"):
-                    yield Label("VRAM≥")
+                    yield Label(_("VRAM≥"))
                     yield Input(id="f-vram", compact=True, type="number", placeholder="GiB")
-                    yield Label("Arch")
+                    yield Label(_("Arch"))
                     yield Select(
                         [(a, a) for a in svc.architectures(self.specs)],
                         id="f-arch",
                         compact=True,
-                        prompt="any",
+                        prompt=_("any"),
                     )
-                    yield Label("Provider")
+                    yield Label(_("Provider"))
                     yield Select(
                         [(p, p) for p in svc.providers(rows)],
                         id="f-provider",
                         compact=True,
-                        prompt="any",
+                        prompt=_("any"),
                     )
-                    yield Label("Link")
+                    yield Label(_("Link"))
                     yield Select(
-                        [("NVLink", "nvlink"), ("PCIe only", "pcie")],
+                        [("NVLink", "nvlink"), (_("PCIe only"), "pcie")],
                         id="f-link",
                         compact=True,
-                        prompt="any",
+                        prompt=_("any"),
                     )
                 yield DataTable(id="cards", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="cards-detail")
             # The other tabs are built on their first visit (build_tab): composing and styling
             # all four at once made the Catalog the one slow screen switch.
-            yield TabPane("2 Compare", id="compare-tab")
-            yield TabPane("3 Fit", id="fit-tab")
-            yield TabPane("4 Cost", id="cost-tab")
+            yield TabPane(_("2 Compare"), id="compare-tab")
+            yield TabPane(_("3 Fit"), id="fit-tab")
+            yield TabPane(_("4 Cost"), id="cost-tab")
 
     def _tab_widgets(self, name: str) -> list[Widget]:
         """The widgets of a tab other than Cards, made when the tab is first shown."""
@@ -171,19 +203,19 @@ class CatalogScreen(BaseScreen):
         if name == "fit":
             return [
                 Horizontal(
-                    Label("Model"),
+                    Label(_("Model")),
                     Select(
                         [(m.name, key) for key, m in MODELS.items()]
-                        + [("Custom: params →", CUSTOM)],
+                        + [(_("Custom: params →"), CUSTOM)],
                         id="fit-model",
                         compact=True,
                         allow_blank=False,
                         value="qwen2.5-7b",
                     ),
-                    Label("Job"),
-                    Select(JOBS, id="fit-job", compact=True, allow_blank=False,
+                    Label(_("Job")),
+                    Select([(_(label), v) for label, v in JOBS], id="fit-job", compact=True, allow_blank=False,
                            value="inference"),
-                    Label("As"),
+                    Label(_("As")),
                     Select(
                         [(p.label, k) for k, p in PRECISIONS.items()],
                         id="fit-prec",
@@ -194,14 +226,14 @@ class CatalogScreen(BaseScreen):
                     classes="bar",
                 ),
                 Horizontal(
-                    Label("Context"),
+                    Label(_("Context")),
                     Input("4096", id="fit-context", compact=True, type="integer"),
-                    Label("Batch"),
+                    Label(_("Batch")),
                     Input("1", id="fit-batch", compact=True, type="integer"),
-                    Input(id="fit-params", compact=True, placeholder="params 7e9"),
-                    Input(id="fit-layers", compact=True, type="integer", placeholder="layers"),
-                    Input(id="fit-kv", compact=True, type="integer", placeholder="kv heads"),
-                    Input(id="fit-hd", compact=True, type="integer", placeholder="head dim"),
+                    Input(id="fit-params", compact=True, placeholder=_("params 7e9")),
+                    Input(id="fit-layers", compact=True, type="integer", placeholder=_("layers")),
+                    Input(id="fit-kv", compact=True, type="integer", placeholder=_("kv heads")),
+                    Input(id="fit-hd", compact=True, type="integer", placeholder=_("head dim")),
                     classes="bar",
                 ),
                 Static("", id="fit-error"),
@@ -218,9 +250,9 @@ class CatalogScreen(BaseScreen):
                     allow_blank=False,
                     value=self._first_priced(self.rows),
                 ),
-                Label("GPUs"),
+                Label(_("GPUs")),
                 Input("1", id="cost-count", compact=True, type="integer"),
-                Label("Hours"),
+                Label(_("Hours")),
                 Input("10", id="cost-hours", compact=True, type="number"),
                 classes="bar",
             ),
@@ -237,35 +269,13 @@ class CatalogScreen(BaseScreen):
         await self.query_one(f"#{name}-tab", TabPane).mount_all(self._tab_widgets(name))
         if name == "fit":
             fit = self.query_one("#fit-table", DataTable)
-            for key, label in [
-                ("gpu", "GPU"),
-                ("count", "GPUs"),
-                ("hourly", "$/h"),
-                ("where", "Cheapest at"),
-                ("as_of", "As of"),
-                ("need", "GiB/GPU need/usable"),
-                ("link", "Link"),
-                ("notes", "Notes"),
-            ]:
-                fit.add_column(label, key=key)
+            for key, label in FIT_COLUMNS:
+                fit.add_column(_(label), key=key)
             self.update_fit()
         elif name == "cost":
             cost = self.query_one("#cost-table", DataTable)
-            for key, label in [
-                ("provider", "Provider"),
-                ("tier", "Tier"),
-                ("cost", "Cost"),
-                ("billing", "Billing"),
-                ("package", "Package"),
-                ("rate", "$/h"),
-                ("billed", "Billed h"),
-                ("second", "If /s"),
-                ("minute", "If /min"),
-                ("hour", "If /h"),
-                ("as_of", "As of"),
-                ("notes", "Notes"),
-            ]:
-                cost.add_column(label, key=key)
+            for key, label in COST_COLUMNS:
+                cost.add_column(_(label), key=key)
             self.update_cost()
         else:
             self.update_compare()
@@ -276,7 +286,7 @@ class CatalogScreen(BaseScreen):
                 self.rows = svc.catalog_prices(self.gapp.config)
             except CatalogError as exc:  # a bad [[prices]] row in config.toml
                 self.rows = load_prices()
-                self._price_error = f"config.toml prices ignored: {exc}"
+                self._price_error = _("config.toml prices ignored: {error}").format(error=exc)
         return self.rows
 
     _price_error: str | None = None
@@ -305,7 +315,8 @@ class CatalogScreen(BaseScreen):
             try:
                 offers = await provider.offers()
             except Exception as exc:  # a cloud that is down or refuses the key
-                self.notify(f"{name}: offers unavailable: {exc}", severity="warning")
+                self.notify(_("{provider}: offers unavailable: {error}").format(provider=name, error=exc),
+                            severity="warning")
                 continue
             extra.extend(svc.offer_price_rows(offers, today))
         if not extra:
@@ -332,15 +343,15 @@ class CatalogScreen(BaseScreen):
         table.add_column(" ", key="mark")
         active = svc.get_column(self.sort_key)
         for col in svc.COLUMNS:
-            label = col.label + (f" {self._arrow()}" if col is active else "")
+            label = _(col.label) + (f" {self._arrow()}" if col is active else "")
             if self.currency == "CNY":
                 label = label.replace("$", "¥")
             table.add_column(label, key=col.key)
         for card in self.cards:
-            shown = [col.show(card) for col in svc.COLUMNS]
+            texts = [str(shown(col.show(card))) for col in svc.COLUMNS]
             cells: list[str | Text] = [
                 Text(c, justify="right") if col.numeric else c
-                for c, col in zip(shown, svc.COLUMNS, strict=True)
+                for c, col in zip(texts, svc.COLUMNS, strict=True)
             ]
             table.add_row(MARK if card.key in self.marked else " ", *cells, key=card.key)
         if current is not None and any(c.key == current for c in self.cards):
@@ -357,10 +368,12 @@ class CatalogScreen(BaseScreen):
     def action_currency(self) -> None:
         self.currency = "CNY" if self.currency == "USD" else "USD"
         money = self.gapp.config.money
-        how = (f"other prices converted at ¥{money.cny_per_usd}/$ "
-               f"({money.rate_note or 'your config'})" if money.cny_per_usd
-               else "no rate configured ([money] cny_per_usd): only prices quoted in it")
-        self.notify(f"prices in {'¥' if self.currency == 'CNY' else '$'}: {how}")
+        how = (_("other prices converted at ¥{rate}/$ ({note})").format(
+                   rate=money.cny_per_usd, note=money.rate_note or _("your config"))
+               if money.cny_per_usd
+               else _("no rate configured ([money] cny_per_usd): only prices quoted in it"))
+        self.notify(_("prices in {symbol}: {how}").format(
+            symbol="¥" if self.currency == "CNY" else "$", how=how))
         self.refresh_cards()
 
     def _arrow(self) -> str:
@@ -368,27 +381,30 @@ class CatalogScreen(BaseScreen):
 
     def _update_status(self) -> None:
         col = svc.get_column(self.sort_key)
-        parts = [f"{len(self.cards)}/{len(self.specs)} cards", f"by {col.label} {self._arrow()}"]
+        parts = [
+            _("{shown}/{total} cards").format(shown=len(self.cards), total=len(self.specs)),
+            _("by {column} {arrow}").format(column=_(col.label), arrow=self._arrow()),
+        ]
         if self.marked:
-            parts.append(f"{len(self.marked)} marked")
+            parts.append(_("{n} marked").format(n=len(self.marked)))
         if self.currency != "USD":
-            parts.append(f"prices in {self.currency}")
-        parts.append("dated reference prices, not live quotes")
+            parts.append(_("prices in {currency}").format(currency=self.currency))
+        parts.append(_("dated reference prices, not live quotes"))
         self.query_one("#cards-status", Static).update(" · ".join(parts))
 
     def _update_detail(self) -> None:
         card = self.current_card()
         detail = self.query_one("#cards-detail", Static)
         if card is None:
-            detail.update("No card matches these filters." if not self.cards else "")
+            detail.update(_("No card matches these filters.") if not self.cards else "")
             return
         s = card.spec
         price = (
-            f"{svc._money(card.lowest.price_per_gpu_hour, 2, card.lowest.currency)}/GPU·h as of "
-            f"{card.lowest.as_of}"
-            f" ({card.lowest.label})"
+            _("{price}/GPU·h as of {date} ({where})").format(
+                price=svc._money(card.lowest.price_per_gpu_hour, 2, card.lowest.currency),
+                date=card.lowest.as_of, where=shown(card.lowest.label))
             if card.lowest
-            else "no reference price"
+            else _("no reference price")
         )
         detail.update(
             f"▸ {short_gpu(s.name)} · {price} · {svc.link_label(s)} · {s.architecture}"
@@ -438,7 +454,8 @@ class CatalogScreen(BaseScreen):
                 raise ValueError
         except ValueError:
             self.query_one("#cards-status", Static).update(
-                Text(f"⚠ VRAM≥ wants a number of GiB (got {raw!r})", style="bold")
+                Text(_("⚠ VRAM≥ wants a number of GiB (got {value})").format(value=repr(raw)),
+                     style="bold")
             )
             return
 
@@ -537,7 +554,8 @@ class CatalogScreen(BaseScreen):
             self.marked.remove(key)
         elif len(self.marked) >= MAX_MARKED:
             self.notify(
-                f"Compare takes at most {MAX_MARKED} cards: unmark one first (space).",
+                _("Compare takes at most {n} cards: unmark one first (space).").format(
+                    n=MAX_MARKED),
                 severity="warning",
             )
             return
@@ -555,7 +573,7 @@ class CatalogScreen(BaseScreen):
 
     async def action_compare(self) -> None:
         if len(self.marked) < 2:
-            self.notify("Mark 2–4 cards with space first, then press v.", severity="warning")
+            self.notify(_("Mark 2–4 cards with space first, then press v."), severity="warning")
         await self.action_tab("compare")
 
     def action_new_instance(self) -> None:
@@ -571,7 +589,7 @@ class CatalogScreen(BaseScreen):
     async def preselect_when_ready(self, screen: Screen, name: str, count: int | None = None) -> None:
         """Choose the card on the New-instance screen once its offers are listed: a choice
         made while it is still mounting would be reset by its GPU select mounting."""
-        for _ in range(100):  # 5 s at most; the sandbox lists its offers at once
+        for _attempt in range(100):  # 5 s at most; the sandbox lists its offers at once
             if screen.is_mounted and getattr(screen, "offers", None):
                 try:
                     ready = screen.query_one("#offer").is_mounted
@@ -582,7 +600,8 @@ class CatalogScreen(BaseScreen):
                     return
             await asyncio.sleep(0.05)
         self.notify(
-            f"New instance: choose the {name} yourself (its offers did not load).",
+            _("New instance: choose the {gpu} yourself (its offers did not load).").format(
+                gpu=name),
             severity="warning",
         )
 
@@ -629,11 +648,14 @@ class CatalogScreen(BaseScreen):
         cards = self.marked_cards()
         if len(cards) < 2:
             body.update(
-                "Mark 2–4 cards with [b]space[/b] in the Cards tab ([b]1[/b]), then press "
-                "[b]v[/b] to see them side by side."
+                _("Mark 2–4 cards with [b]space[/b] in the Cards tab ([b]1[/b]), then press "
+                  "[b]v[/b] to see them side by side.")
             )
             return
-        width = self.query_one("#compare").size.width or self.app.size.width
+        # the pane's width (the screen's less its padding of 1 a side), known at once: the pane's
+        # own size is 0 until its first layout, and which of the two an update saw depended on
+        # timing (the bars' lengths with it)
+        width = (self.size.width or self.app.size.width) - 2
         body.update(compare_view(cards, width - 2))
 
     def on_resize(self) -> None:
@@ -663,7 +685,8 @@ class CatalogScreen(BaseScreen):
         try:
             return int(raw)
         except ValueError:
-            raise CatalogError(f"{sel.removeprefix('#fit-')} must be a whole number") from None
+            raise CatalogError(_("{field} must be a whole number").format(
+                field=_(FIT_FIELDS.get(sel, sel)))) from None
 
     def update_fit(self) -> None:
         if "fit" not in self._built:
@@ -678,10 +701,10 @@ class CatalogScreen(BaseScreen):
             custom = model == CUSTOM
             params = self.query_one("#fit-params", Input).value.strip()
             if custom and not params:
-                raise CatalogError(
+                raise CatalogError(_(
                     "Custom model: give its parameter count (e.g. 13e9 or 13B), "
                     "and its layers, kv heads and head dim if you know them"
-                )
+                ))
             answer = svc.fit(
                 None if custom else str(self._model_name(model)),
                 job=str(job),
@@ -717,11 +740,12 @@ class CatalogScreen(BaseScreen):
                 short_gpu(o.name),
                 Text(count, justify="right"),
                 Text(svc._money(o.hourly), justify="right"),
-                o.quote.row.label if o.quote else ("no price" if o.fits else "does not fit"),
+                shown(o.quote.row.label) if o.quote
+                else (_("no price") if o.fits else _("does not fit")),
                 o.quote.row.as_of if o.quote else "—",
                 need,
                 svc.link_label(self.specs[o.card]),
-                "; ".join(o.warnings),
+                "; ".join(str(shown(w)) for w in o.warnings),
                 key=o.card,
             )
 
@@ -733,42 +757,45 @@ class CatalogScreen(BaseScreen):
         fitting = answer.fitting
         out = Text()
         out.append(
-            f"{e.model} · {e.params / 1e9:.2f} B params · {e.job.value} · {e.precision}"
-            f" · {e.context:,} tokens × {e.batch}\n"
+            _("{model} · {params:.2f} B params · {job} · {precision} · {context} tokens × "
+              "{batch}").format(model=e.model, params=e.params / 1e9, job=_(svc.job_label(e.job)),
+                                precision=e.precision, context=f"{e.context:,}", batch=e.batch)
+            + "\n"
         )
-        out.append(f"Needs {e.total_gib:.1f} GiB on one GPU", style="bold")
+        out.append(_("Needs {gib:.1f} GiB on one GPU").format(gib=e.total_gib), style="bold")
         if fitting:
             best = fitting[0]
             where = (
-                f", cheapest {best.count}× {short_gpu(best.name)} at "
-                f"{svc._money(best.hourly)}/h"
+                _(", cheapest {count}× {gpu} at {price}/h").format(
+                    count=best.count, gpu=short_gpu(best.name), price=svc._money(best.hourly))
                 if best.hourly is not None
                 else ""
             )
-            out.append(f"; fits {len(fitting)} of {len(answer.options)} cards{where}\n")
+            out.append(_("; fits {n} of {total} cards{where}").format(
+                n=len(fitting), total=len(answer.options), where=where) + "\n")
         else:
-            out.append("; fits no card on up to 8 GPUs\n", style="bold")
+            out.append(_("; fits no card on up to 8 GPUs") + "\n", style="bold")
         for note in e.notes:
-            out.append(f"⚠ {note}\n", style="bold")
+            out.append(f"⚠ {shown(note)}\n", style="bold")
         top = max((p.bytes for p in e.all_parts), default=0)
         for p in e.all_parts:
             if not p.bytes:
                 continue  # listed with its reason under the assumptions
-            out.append(f"{p.name:<12}{p.gib:>8.2f} GiB ")
+            out.append(f"{pad_cells(_(svc.part_label(p.name)), 12)}{p.gib:>8.2f} GiB ")
             out.append(bar(p.bytes, top, 20).ljust(20))
             if p.name == "overhead":  # a fixed part on each GPU plus a share of the rest
-                where = (f" {CUDA_CONTEXT_BYTES / GIB:g} GiB on every GPU + {FRAGMENTATION:.0%}"
-                         " of each GPU's share\n")
+                where = " " + _("{gib} GiB on every GPU + {share} of each GPU's share").format(
+                    gib=f"{CUDA_CONTEXT_BYTES / GIB:g}", share=f"{FRAGMENTATION:.0%}") + "\n"
             else:
-                where = " split over GPUs\n" if p.split else " on every GPU\n"
+                where = " " + (_("split over GPUs") if p.split else _("on every GPU")) + "\n"
             out.append(where, style="dim")
-        out.append("Assumptions\n", style="bold")
+        out.append(_("Assumptions") + "\n", style="bold")
         for p in e.all_parts:
-            out.append(f"{p.name}: ", style="bold dim")
-            out.append(f"{p.assumption}\n", style="dim")
+            out.append(_("{part}: ").format(part=_(svc.part_label(p.name))), style="bold dim")
+            out.append(f"{shown(p.assumption)}\n", style="dim")
         out.append(
-            f"Cards below: the fewest GPUs (1/2/4/8) each fits on, cheapest first; "
-            f"{svc.PRICE_NOTE}.",
+            _("Cards below: the fewest GPUs (1/2/4/8) each fits on, cheapest first; "
+              "{note}.").format(note=_(svc.PRICE_NOTE)),
             style="dim",
         )
         return out
@@ -810,7 +837,8 @@ class CatalogScreen(BaseScreen):
             try:
                 count = int(count_raw)
             except ValueError:
-                raise CatalogError(f"GPUs must be a whole number (got {count_raw!r})") from None
+                raise CatalogError(_("GPUs must be a whole number (got {value})").format(
+                    value=repr(count_raw))) from None
             hours = check_hours(self.query_one("#cost-hours", Input).value)
             answer = svc.cost(str(card), count=count, hours=hours, prices=self.rows)
         except (CatalogError, ValueError, ArithmeticError) as exc:
@@ -823,7 +851,9 @@ class CatalogScreen(BaseScreen):
         error.display = False
         self.cost_answer = answer
         for i, c in enumerate(answer.costs):
-            cells = svc.cost_cells(c)
+            cells = [str(shown(cell)) for cell in svc.cost_cells(c)]
+            cells[2] = _(PACKAGES.get(c.row.package, c.row.package))
+            cells[-1] = "; ".join(str(shown(n)) for n in c.notes)
             provider, tier, package, billing, cost, billed, rate, sec, minute, hour, as_of, nts = (
                 cells
             )
@@ -845,13 +875,15 @@ class CatalogScreen(BaseScreen):
         lines = []
         if not answer.costs:
             lines.append(
-                f"No reference price for the {answer.spec.name}: add one under "
-                "[[prices]] in config.toml."
+                _("No reference price for the {spec_name}: add one under [[prices]] in "
+                  "config.toml.").format(spec_name=answer.spec.name)
             )
         else:
             lines.append(
-                f"{answer.count}× {answer.spec.name} for {answer.hours} h, cheapest "
-                f"first: {svc.PRICE_NOTE}."
+                _("{count}× {gpu} for {hours} h, cheapest first: {note}.").format(
+                    count=answer.count, gpu=answer.spec.name, hours=answer.hours,
+                    note=_(svc.PRICE_NOTE))
             )
-        lines.extend(f"Break-even: {b.statement}" for b in answer.break_evens)
+        lines.extend(_("Break-even: {statement}").format(statement=shown(b.statement))
+                     for b in answer.break_evens)
         notes.update(Text("\n".join(lines)))

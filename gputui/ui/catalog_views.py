@@ -12,6 +12,7 @@ from rich.text import Text
 
 from gputui.catalog import CatalogError
 from gputui.format import short_gpu
+from gputui.i18n import N_, _, cell_len, pad_cells, shown
 from gputui.services import catalog as svc
 
 TABS = ("cards", "compare", "fit", "cost")
@@ -19,7 +20,8 @@ MAX_MARKED = 4
 MAX_BAR = 24  # cells: wider bars add nothing
 MARK = "●"
 EIGHTHS = " ▏▎▍▌▋▊▉"
-JOBS = [("inference", "inference"), ("LoRA", "lora"), ("QLoRA", "qlora"), ("full (Adam)", "full")]
+JOBS = [(N_("inference"), "inference"), ("LoRA", "lora"), ("QLoRA", "qlora"),
+        (N_("full (Adam)"), "full")]
 CUSTOM = "custom"
 
 
@@ -33,17 +35,18 @@ def check_hours(raw: str) -> str:
 
     text = raw.strip()
     if not text:
-        raise CatalogError("Hours: give how long you will rent it, e.g. 10 (or 0.5)")
+        raise CatalogError(_("Hours: give how long you will rent it, e.g. 10 (or 0.5)"))
     try:
         hours = Decimal(text)
     except InvalidOperation:
-        raise CatalogError(f"Hours: {text!r} is not a number of hours (e.g. 10 or 0.5)") from None
+        raise CatalogError(_("Hours: {text} is not a number of hours (e.g. 10 or 0.5)").format(
+            text=repr(text))) from None
     if not hours.is_finite() or hours <= 0:
-        raise CatalogError(f"Hours: {text} h is not a rental; give more than 0 (billing has "
-                           "a minimum charge, e.g. 60 s)")
+        raise CatalogError(_("Hours: {text} h is not a rental; give more than 0 (billing has "
+                             "a minimum charge, e.g. 60 s)").format(text=text))
     if hours > MAX_HOURS:
-        raise CatalogError(f"Hours: {text} h is over a year ({MAX_HOURS:,} h); give a shorter "
-                           "time")
+        raise CatalogError(_("Hours: {text} h is over a year ({limit} h); give a shorter "
+                             "time").format(text=text, limit=f"{MAX_HOURS:,}"))
     return text
 
 
@@ -62,9 +65,9 @@ def _price(row: svc.CardRow) -> Decimal | None:
 
 
 FIGURES = [
-    ("VRAM GiB", lambda r: r.spec.vram_gb, lambda r: f"{r.spec.vram_gb:g}", True),
+    (N_("VRAM GiB"), lambda r: r.spec.vram_gb, lambda r: f"{r.spec.vram_gb:g}", True),
     (
-        "Bandwidth GB/s",
+        N_("Bandwidth GB/s"),
         lambda r: r.spec.memory_bandwidth_gbs,
         lambda r: f"{r.spec.memory_bandwidth_gbs:,.0f}",
         True,
@@ -78,22 +81,22 @@ FIGURES = [
         lambda r: f"{r.spec.nvlink_gbs:g}" if r.spec.has_nvlink else f"PCIe {r.spec.pcie_gen}",
         True,
     ),
-    ("TDP W", lambda r: r.spec.tdp_w, lambda r: f"{r.spec.tdp_w:,.0f}", False),
-    ("$/GPU·h", _price, lambda r: svc._money(_price(r), 2, svc._cur(r)), False),
+    (N_("TDP W"), lambda r: r.spec.tdp_w, lambda r: f"{r.spec.tdp_w:,.0f}", False),
+    (N_("$/GPU·h"), _price, lambda r: svc._money(_price(r), 2, svc._cur(r)), False),
     (
-        "$/BF16 TF·h",
+        N_("$/BF16 TF·h"),
         lambda r: r.perf.usd_per_bf16_tflop_hour,
         lambda r: svc._money(r.perf.usd_per_bf16_tflop_hour, 4, svc._cur(r)),
         False,
     ),
     (
-        "$/GiB VRAM·h",
+        N_("$/GiB VRAM·h"),
         lambda r: r.perf.usd_per_gb_vram_hour,
         lambda r: svc._money(r.perf.usd_per_gb_vram_hour, 4, svc._cur(r)),
         False,
     ),
     (
-        "GB/s per $/h",
+        N_("GB/s per $/h"),
         lambda r: r.perf.bandwidth_gbs_per_usd_hour,
         lambda r: (
             "—"
@@ -109,7 +112,7 @@ def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
     """The marked cards side by side: a row per figure, a bar per card scaled to the largest
     of the row (so lengths compare), the best of each row in bold with ◆."""
     n = max(1, len(cards))
-    label_w = 15
+    label_w = max(15, *(cell_len(_(label)) for label, *_rest in FIGURES))
     value_w = 8
     cell = max(10, min((width - label_w - 2) // n - 1, MAX_BAR + value_w + 2))
     bar_w = max(2, cell - value_w - 2)
@@ -117,7 +120,7 @@ def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
     table.add_column("", width=label_w, no_wrap=True)
     for c in cards:
         table.add_column(Text(short_gpu(c.spec.name), style="bold"), width=cell, no_wrap=True)
-    for label, value, shown, higher in FIGURES:
+    for label, value, show, higher in FIGURES:
         vals = [value(c) for c in cards]
         nums = [float(v) for v in vals if v is not None and float(v) > 0]
         top = max(nums) if nums else 0.0
@@ -129,27 +132,30 @@ def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
             is_best = best is not None and f == best and len(set(floats)) > 1
             text = Text()
             text.append(bar(f, top, bar_w).ljust(bar_w), style="bold" if is_best else "")
-            text.append(" " + shown(c).rjust(value_w - 1), style="bold" if is_best else "")
+            text.append(" " + show(c).rjust(value_w - 1), style="bold" if is_best else "")
             text.append("◆" if is_best else " ")
             cells.append(text)
-        table.add_row(Text(label), *cells)
+        table.add_row(Text(pad_cells(_(label), label_w)), *cells)
     return table
 
 
 def compare_view(cards: Sequence[svc.CardRow], width: int) -> Group:
     """The compare table and, under it, what the marks mean and where each price is from."""
-    notes = Text("Lower is better for TDP and the $ rows; ◆ = best of the row.", style="dim")
+    notes = Text(_("Lower is better for TDP and the $ rows; ◆ = best of the row."), style="dim")
     for c in cards:
         if c.lowest:
             notes.append(
-                f"\n{short_gpu(c.spec.name)}: "
-                f"{svc._money(c.lowest.price_per_gpu_hour, 2, c.lowest.currency)}"
-                f"/GPU·h at {c.lowest.label}, as of {c.lowest.as_of}",
+                "\n" + _("{gpu}: {price}/GPU·h at {where}, as of {date}").format(
+                    gpu=short_gpu(c.spec.name),
+                    price=svc._money(c.lowest.price_per_gpu_hour, 2, c.lowest.currency),
+                    where=shown(c.lowest.label), date=c.lowest.as_of),
                 style="dim",
             )
         else:
-            notes.append(f"\n{short_gpu(c.spec.name)}: no reference price", style="dim")
+            notes.append("\n" + _("{gpu}: no reference price").format(gpu=short_gpu(c.spec.name)),
+                         style="dim")
     notes.append(
-        f"\nPrices: {svc.PRICE_NOTE}. Tensor figures are dense (no sparsity).", style="dim"
+        "\n" + _("Prices: {note}. Tensor figures are dense (no sparsity).").format(
+            note=_(svc.PRICE_NOTE)), style="dim"
     )
     return Group(compare_table(cards, width), Text(""), notes)

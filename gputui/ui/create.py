@@ -13,19 +13,23 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from gputui.format import default_label, format_money, format_remaining
+from gputui.i18n import N_, _, truncate_cells
 from gputui.models import Lease, Offer
 from gputui.ui.base import BaseScreen
 from gputui.ui.dialogs import ConfirmScreen, parse_release, passed_clock_time
 from gputui.ui.widgets import Note
 
 COUNTS = [1, 2, 4, 8]
+# what services.create reports (English words), as the progress line shows them
+STEPS = {"requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
+         "arming the release timer": N_("arming the release timer")}
 
 
 class CreateScreen(BaseScreen):
-    TITLE = "New instance"
+    TITLE = N_("New instance")
     BINDINGS = [
-        Binding("ctrl+s", "create", "Create"),
-        Binding("escape", "app.goto('home')", "Back", show=False),
+        Binding("ctrl+s", "create", N_("Create")),
+        Binding("escape", "app.goto('home')", N_("Back"), show=False),
     ]
     DEFAULT_CSS = """
     CreateScreen #form { padding: 0 1; height: auto; max-height: 60%; }
@@ -53,36 +57,37 @@ class CreateScreen(BaseScreen):
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="form"):
             with Horizontal(classes="row"):
-                yield Label("Provider")
+                yield Label(_("Provider"))
                 providers = [(p.label or n, n) for n, p in self.gapp.services.providers.items()
                              if p.capabilities.rentable]
-                yield Select(providers, id="provider", compact=True, prompt="no provider",
+                yield Select(providers, id="provider", compact=True, prompt=_("no provider"),
                              value=providers[0][1] if providers else Select.NULL)
             with Horizontal(classes="row"):
                 yield Label("GPU")
-                yield Select([], id="offer", compact=True, prompt="choose a GPU")
+                yield Select([], id="offer", compact=True, prompt=_("choose a GPU"))
             with Horizontal(classes="row"):
-                yield Label("GPUs")
+                yield Label(_("GPUs"))
                 yield Select([(str(c), c) for c in COUNTS], id="count", value=1,
                              compact=True, allow_blank=False)
             with Horizontal(classes="row"):
-                yield Label("Image")
+                yield Label(_("Image"))
                 yield Select([], id="image", compact=True)
             with Horizontal(classes="row"):
-                yield Label("Disk GB")
+                yield Label(_("Disk GB"))
                 yield Input("50", id="disk", compact=True, type="number")
             with Horizontal(classes="row"):
-                yield Label("Task label")
-                yield Input(placeholder="e.g. qwen-lora", id="name", compact=True, max_length=64)
+                yield Label(_("Task label"))
+                yield Input(placeholder=_("e.g. qwen-lora"), id="name", compact=True, max_length=64)
             with Horizontal(classes="row"):
-                yield Label("Release in")
-                yield Input(id="release", compact=True, placeholder="2h, 90m or 18:30")
-                yield Checkbox("No timer", id="no-timer", compact=True)
+                yield Label(_("Release in"))
+                yield Input(id="release", compact=True, placeholder=_("2h, 90m or 18:30"))
+                yield Checkbox(_("No timer"), id="no-timer", compact=True)
             with Horizontal(classes="row"):
-                yield Label("Idle off")
-                yield Input(id="idle-util", compact=True, placeholder="util %", type="number")
-                yield Input(id="idle-minutes", compact=True, placeholder="minutes", type="integer")
-                yield Static("optional: all GPUs under util % for N min",
+                yield Label(_("Idle off"))
+                yield Input(id="idle-util", compact=True, placeholder=_("util %"), type="number")
+                yield Input(id="idle-minutes", compact=True, placeholder=_("minutes"), type="integer")
+                # (the "%" goes in as a value: "% f" would read as a printf placeholder)
+                yield Static(_("optional: all GPUs under util {pct} for N min").format(pct="%"),
                              id="idle-note")
         # outside the scrolling form: what a key did is always in view
         with VerticalScroll(id="outcome", can_focus=False):
@@ -108,13 +113,14 @@ class CreateScreen(BaseScreen):
         try:
             self.offers = await self.gapp.services.offers(name)
         except Exception as exc:
-            self.query_one("#error", Static).update(f"cannot list offers: {escape(str(exc))}")
+            self.query_one("#error", Static).update(
+                _("cannot list offers: {error}").format(error=escape(str(exc))))
             return
         select = self.query_one("#offer", Select)
         select.set_options([
             (f"{o.gpu} · {o.vram_gb:g} GiB · {format_money(o.price_per_gpu_hour)}/GPU·h"
-             + (" · derived" if (o.source or "").startswith("derived") else "")
-             + ("" if o.available else " · sold out"), o.offer_id)
+             + (" · " + _("derived") if (o.source or "").startswith("derived") else "")
+             + ("" if o.available else " · " + _("sold out")), o.offer_id)
             for o in self.offers
         ])
         if self._preselect:
@@ -141,7 +147,7 @@ class CreateScreen(BaseScreen):
         except ValueError:
             self._preselect = None
             self.query_one("#error", Static).update(
-                f"{escape(gpu_name)} is not offered by this provider")
+                _("{gpu} is not offered by this provider").format(gpu=escape(gpu_name)))
             return
         offer = next(o for o in self.offers if o.gpu == name)
         self.reset_form()
@@ -205,27 +211,31 @@ class CreateScreen(BaseScreen):
         error = self.query_one("#error", Static)
         offer = self.selected_offer()
         if offer is None:
-            summary.update("Choose a GPU to see the price and what the job will cost.")
+            summary.update(_("Choose a GPU to see the price and what the job will cost."))
             return
         count = _count(self.query_one("#count", Select).value)
         rule = offer.billing.model_copy(update={"price_per_hour": offer.price_per_gpu_hour * count})
         now = self.gapp.now()
         lines = [
-            f"[b]{format_money(rule.price_per_hour, rule.currency)}/h[/b] for {count}× {escape(offer.gpu)}"
-            f" · billed per {rule.granularity.value}"
-            + (f", {rule.minimum_seconds}s minimum" if rule.minimum_seconds else "")
-            + (f" · storage {format_money(rule.storage_per_gb_month)}/GB-month"
+            _("[b]{price}/h[/b] for {count}× {gpu}").format(
+                price=format_money(rule.price_per_hour, rule.currency), count=count,
+                gpu=escape(offer.gpu))
+            + " · " + _(BILLED[rule.granularity.value])
+            + (_(", {seconds}s minimum").format(seconds=rule.minimum_seconds)
+               if rule.minimum_seconds else "")
+            + (" · " + _("storage {price}/GB-month").format(
+                price=format_money(rule.storage_per_gb_month))
                if rule.storage_per_gb_month else ""),
         ]
         if offer.source:
-            source = offer.source if len(offer.source) <= 60 else offer.source[:59] + "…"
-            lines.append(f"[dim]list price from {escape(source)}"
-                         + (f" ({offer.as_of})" if offer.as_of else "") + "[/dim]")
+            source = truncate_cells(offer.source, 60)
+            lines.append(_("[dim]list price from {source}{date}[/dim]").format(
+                source=escape(source), date=f" ({offer.as_of})" if offer.as_of else ""))
         problems: list[str] = []
         try:
             release_at = self._release_at(now)
         except ValueError as exc:
-            error.update(f"Release: {escape(str(exc))}")
+            error.update(_("Release: {problem}").format(problem=escape(str(exc))))
             summary.update("\n".join(lines))
             return
         try:
@@ -234,20 +244,22 @@ class CreateScreen(BaseScreen):
             problems.append(str(exc))
             disk = None
         if release_at is None:
-            lines.append("[b reverse] NO TIMER [/] bills until you release it by hand")
+            lines.append(_("[b reverse] NO TIMER [/] bills until you release it by hand"))
         else:
             passed = passed_clock_time(self.query_one("#release", Input).value, release_at, now)
             if passed:
-                problems.append(f"Release: {passed}.")
+                problems.append(_("Release: {problem}").format(problem=passed) + ".")
             seconds = (release_at - now).total_seconds()
             if disk is None:
-                lines.append(f"Released at {release_at.astimezone():%a %H:%M}"
-                             f" (in {format_remaining(seconds)}) · fix the disk size for a cost")
+                lines.append(_("Released at {when} (in {left}) · fix the disk size for a "
+                               "cost").format(when=_weekday_time(release_at),
+                                              left=format_remaining(seconds)))
             else:
                 projected = rule.compute_cost(seconds) + rule.storage_cost(disk, seconds)
                 lines.append(
-                    f"Released at {release_at.astimezone():%a %H:%M} (in {format_remaining(seconds)})"
-                    f" · projected cost [b]{format_money(projected, rule.currency)}[/b]"
+                    _("Released at {when} (in {left}) · projected cost [b]{cost}[/b]").format(
+                        when=_weekday_time(release_at), left=format_remaining(seconds),
+                        cost=format_money(projected, rule.currency))
                 )
         error.update(escape("\n".join(problems)))
         summary.update("\n".join(lines))
@@ -262,9 +274,10 @@ class CreateScreen(BaseScreen):
         try:
             disk = float(text)
         except ValueError:
-            raise ValueError("Disk: give a size in GB, between 1 and 100000.") from None
+            raise ValueError(_("Disk: give a size in GB, between 1 and 100000.")) from None
         if not 1 <= disk <= 100_000:
-            raise ValueError(f"Disk: {text} GB is not a size; give between 1 and 100000 GB.")
+            raise ValueError(_("Disk: {size} GB is not a size; give between 1 and 100000 "
+                               "GB.").format(size=text))
         return disk
 
     # -- creating -----------------------------------------------------------------------------------
@@ -275,12 +288,12 @@ class CreateScreen(BaseScreen):
         error = self.query_one("#error", Static)
         offer = self.selected_offer()
         if offer is None:
-            error.update("Choose a GPU first.")
+            error.update(_("Choose a GPU first."))
             return
         try:
             release_at = self._release_at(self.gapp.now())
         except ValueError as exc:
-            error.update(f"Release: {escape(str(exc))}")
+            error.update(_("Release: {problem}").format(problem=escape(str(exc))))
             return
         util_text = self.query_one("#idle-util", Input).value.strip()
         minutes_text = self.query_one("#idle-minutes", Input).value.strip()
@@ -291,7 +304,8 @@ class CreateScreen(BaseScreen):
                 if not (0 < idle_util <= 100 and 1 <= idle_minutes <= 1440):
                     raise ValueError
             except ValueError:
-                error.update("Idle off: give both a utilisation (1-100 %) and minutes (1-1440).")
+                error.update(_("Idle off: give both a utilisation (1-100 %) and minutes "
+                               "(1-1440)."))
                 return
         try:
             disk = self._disk()
@@ -307,9 +321,9 @@ class CreateScreen(BaseScreen):
                     self.rent(offer, lease, disk)
 
             self.app.push_screen(ConfirmScreen(
-                "[b]No release timer[/b]\n\nThis instance will bill until you release it by hand. "
-                "It will carry a warning badge for as long as it runs.", "Rent without a timer",
-                "Go back"), confirmed)
+                _("[b]No release timer[/b]\n\nThis instance will bill until you release it by "
+                  "hand. It will carry a warning badge for as long as it runs."),
+                _("Rent without a timer"), _("Go back")), confirmed)
             return
         passed = passed_clock_time(self.query_one("#release", Input).value, release_at,
                                    self.gapp.now())
@@ -319,8 +333,8 @@ class CreateScreen(BaseScreen):
                     self.rent(offer, lease, disk)
 
             self.app.push_screen(ConfirmScreen(
-                f"[b]Release tomorrow?[/b]\n\n{escape(passed)}.", "Rent until tomorrow",
-                "Go back"), tomorrow)
+                _("[b]Release tomorrow?[/b]") + f"\n\n{escape(passed)}.",
+                _("Rent until tomorrow"), _("Go back")), tomorrow)
             return
         self.rent(offer, lease, disk)
 
@@ -333,9 +347,12 @@ class CreateScreen(BaseScreen):
         error = self.query_one("#error", Static)
         steps: list[str] = []
 
+        def line() -> str:
+            return " → ".join(_(STEPS.get(s, s)) for s in steps)
+
         def say(step: str) -> None:
             steps.append(step)
-            progress.update(" → ".join(steps) + (" …" if step != "running" else " ✓"))
+            progress.update(line() + (" …" if step != "running" else " ✓"))
 
         name = self.query_one("#name", Input).value.strip() or self._default_name(offer)
         count = _count(self.query_one("#count", Select).value)
@@ -347,17 +364,30 @@ class CreateScreen(BaseScreen):
                                                    progress=say)
             say("arming the release timer")
             await self.gapp.leases.arm(inst)
-            steps[-1] = "running"
-            progress.update(" → ".join(steps) + " ✓")
+            steps.pop()  # armed: back to "… → running ✓" (was "… → running → running ✓")
+            progress.update(line() + " ✓")
         except Exception as exc:
-            error.update(f"Could not create: {escape(str(exc))}")
+            error.update(_("Could not create: {error}").format(error=escape(str(exc))))
             self.busy = False
             return
         self.busy = False
-        self.notify(f"{inst.name} is running: {count}× {offer.gpu}", title="Created")
+        self.notify(_("{name} is running: {count}× {gpu}").format(
+            name=inst.name, count=count, gpu=offer.gpu), title=_("Created"))
         self.reset_form()
         self.query_one("#progress", Static).update("")
         self.app.call_later(self.gapp.action_goto, "home")
+
+
+BILLED = {"second": N_("billed per second"), "minute": N_("billed per minute"),
+          "hour": N_("billed per hour")}
+# a weekday as the summary shows it (strftime's %a is the C locale's English)
+WEEKDAYS = (N_("Mon"), N_("Tue"), N_("Wed"), N_("Thu"), N_("Fri"), N_("Sat"), N_("Sun"))
+
+
+def _weekday_time(when: datetime) -> str:
+    """'Sun 14:00' in the local time zone, the weekday in the interface language."""
+    local = when.astimezone()
+    return f"{_(WEEKDAYS[local.weekday()])} {local:%H:%M}"
 
 
 def _count(value: object) -> int:
