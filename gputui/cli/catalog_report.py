@@ -12,10 +12,11 @@ from typing import Any, TextIO
 from gputui.cli.output import print_json
 from gputui.errors import exit_code, one_line
 from gputui.format import short_gpu
-from gputui.i18n import _
+from gputui.i18n import N_, _, cell_len, shown
 from gputui.services.catalog import (
     COLUMNS,
     DEFAULT_SORT,
+    JOB_LABELS,
     PRICE_NOTE,
     CatalogError,
     Filters,
@@ -28,8 +29,15 @@ from gputui.services.catalog import (
     cost_cells,
     fit,
     get_column,
+    part_label,
     sort_cards,
 )
+
+FIT_HEADERS = ("GPU", N_("GPUs"), "$/h", N_("cheapest at"), N_("as of"), "GiB/GPU", N_("link"),
+               N_("notes"))
+COST_HEADERS = (N_("provider"), N_("tier"), N_("package"), N_("billed by"), N_("cost"),
+                N_("billed h"), "$/h", N_("if /second"), N_("if /minute"), N_("if /hour"),
+                N_("as of"), N_("notes"))
 
 
 def catalog_command(
@@ -58,7 +66,7 @@ def catalog_command(
         print(_("No card matches those filters."), file=out)
         return 0
     _print_table(
-        [c.label for c in COLUMNS],
+        [_(c.label) for c in COLUMNS],
         [[c.show(card) for c in COLUMNS] for card in cards],
         [not c.numeric for c in COLUMNS],
         out,
@@ -66,11 +74,10 @@ def catalog_command(
     col = get_column(sort)
     arrow = "▼" if col.descending != reverse else "▲"
     print(
-        _("\n{n_cards} cards, by {title} {arrow}. Tensor figures are dense (no sparsity); {note}.").format(n_cards=len(cards), title=col.title, arrow=arrow, note=PRICE_NOTE),
+        _("\n{n_cards} cards, by {title} {arrow}. Tensor figures are dense (no sparsity); {note}.").format(n_cards=len(cards), title=_(col.title), arrow=arrow, note=_(PRICE_NOTE)),
         file=out,
     )
     return 0
-
 
 
 def fit_command(
@@ -111,21 +118,23 @@ def fit_command(
         return 0
     e = answer.estimate
     print(
-        _("{model} ({params:.2f} B params) · {job} · {precision} · {context:,} tokens × batch {batch}").format(model=e.model, params=e.params / 1e9, job=e.job.value, precision=e.precision, context=e.context, batch=e.batch),
+        _("{model} ({params:.2f} B params) · {job} · {precision} · {context:,} tokens × batch {batch}").format(model=e.model, params=e.params / 1e9, job=_(JOB_LABELS.get(e.job.value, e.job.value)), precision=e.precision, context=e.context, batch=e.batch),
         file=out,
     )
     print(_("Needs {total_gib:.1f} GiB on one GPU:").format(total_gib=e.total_gib), file=out)
     for part in e.all_parts:
-        print(f"  {part.name:<12} {part.gib:>8.2f} GiB  {part.assumption}", file=out)
+        name = _(part_label(part.name))
+        print(f"  {name}{' ' * max(1, 13 - cell_len(name))}{part.gib:>8.2f} GiB  "
+              f"{shown(part.assumption)}", file=out)
     for note in e.notes:
-        print(_("Note: {note}").format(note=note), file=out)
+        print(_("Note: {note}").format(note=shown(note)), file=out)
     print(file=out)
     fitting = answer.fitting
     if not fitting:
         print(_("It fits no card of the catalog on up to 8 GPUs."), file=out)
     else:
         _print_table(
-            ["GPU", "GPUs", "$/h", "cheapest at", "as of", "GiB/GPU", "link", "notes"],
+            [_(h) for h in FIT_HEADERS],
             [
                 [
                     short_gpu(o.name),
@@ -135,7 +144,7 @@ def fit_command(
                     o.quote.row.as_of if o.quote else "—",
                     f"{o.need_gib_per_gpu:.1f}/{o.usable_gib:.1f}",
                     _link_short(o),
-                    "; ".join(o.warnings),
+                    "; ".join(str(shown(w)) for w in o.warnings),
                 ]
                 for o in fitting
             ],
@@ -145,9 +154,8 @@ def fit_command(
     misses = [short_gpu(o.name) for o in answer.options if not o.fits]
     if misses:
         print(_("\nDoes not fit on 8 GPUs: {names}").format(names=", ".join(misses)), file=out)
-    print(_("\nCheapest first; {note}.").format(note=PRICE_NOTE), file=out)
+    print(_("\nCheapest first; {note}.").format(note=_(PRICE_NOTE)), file=out)
     return 0
-
 
 
 def cost_command(
@@ -173,29 +181,15 @@ def cost_command(
         )
         return 0
     _print_table(
-        [
-            "provider",
-            "tier",
-            "package",
-            "billing",
-            "cost",
-            "billed h",
-            "$/h",
-            "if /second",
-            "if /minute",
-            "if /hour",
-            "as of",
-            "notes",
-        ],
-        [cost_cells(c) for c in answer.costs],
+        [_(h) for h in COST_HEADERS],
+        [[str(shown(cell)) for cell in cost_cells(c)] for c in answer.costs],
         [True, True, True, True] + [False] * 6 + [True, True],
         out,
     )
     for b in answer.break_evens:
-        print(_("Break-even: {statement}").format(statement=b.statement), file=out)
-    print(_("\nCheapest first; {note}.").format(note=PRICE_NOTE), file=out)
+        print(_("Break-even: {statement}").format(statement=shown(b.statement)), file=out)
+    print(_("\nCheapest first; {note}.").format(note=_(PRICE_NOTE)), file=out)
     return 0
-
 
 
 def run_command(command: Callable[..., int], *args: Any, **kwargs: Any) -> int:
@@ -209,17 +203,19 @@ def run_command(command: Callable[..., int], *args: Any, **kwargs: Any) -> int:
 
 
 
-
-
-
 def _print_table(
     headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[bool], out: TextIO
 ) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    """Columns measured and padded by terminal cells (a Chinese character takes two)."""
+    widths = [max(cell_len(h), *(cell_len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def pad(text: str, width: int, lft: bool) -> str:
+        gap = " " * (width - cell_len(text))
+        return text + gap if lft else gap + text
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
-            c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(cells, widths, left, strict=True)
+            pad(c, w, lft) for c, w, lft in zip(cells, widths, left, strict=True)
         ).rstrip()
 
     print(line(headers), file=out)

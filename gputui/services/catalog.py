@@ -38,7 +38,7 @@ from gputui.catalog import (
 from gputui.catalog.fit import FitEstimate, FitOption
 from gputui.catalog.jobcost import BreakEven, JobCost
 from gputui.format import short_gpu
-from gputui.i18n import N_, Deferred, _
+from gputui.i18n import N_, Deferred, _, shown
 from gputui.models import Offer
 
 # English (it goes into the JSON too): translate it with _() where it is shown
@@ -589,7 +589,7 @@ def fit(
 
 
 def _where_opt(o: FitOption) -> str:
-    return o.quote.row.label if o.quote else "no price"
+    return str(shown(o.quote.row.label)) if o.quote else _("no price")
 
 
 def _link_short(o: FitOption) -> str:
@@ -694,5 +694,5 @@ def cost_cells(c: JobCost) -> list[str]:
         format_money(c.price_per_hour, cur),
         *(format_money(c.by_granularity[g], cur) for g in Granularity),
         c.row.as_of,
-        "; ".join(c.notes),
+        "; ".join(str(shown(note)) for note in c.notes),  # shown: only ever displayed
     ]

@@ -272,3 +272,31 @@ def test_doctor_checklist_in_chinese_and_its_json_in_english():
     assert again.getvalue() == as_json.getvalue()
     assert "CPU-only build" in again.getvalue() and "\u5bb9" not in again.getvalue()
     assert "without /dev/nvidia* devices" in english.getvalue()
+
+
+def test_catalog_fit_and_cost_tables_in_chinese_are_aligned(gputui_home: Path):
+    from gputui.i18n import cell_len
+
+    out = zh(gputui_home, "cost", "rtx-4090", "--hours", "10")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("平台"))
+    assert "计费方式" in header and "备注" in header
+    row = lines[lines.index(header) + 1]
+    # the cost column ends where its header ends (right-aligned, measured in cells)
+    end = cell_len(header[:header.index("费用") + 2])
+    cost = row.split()[4]
+    assert cost.startswith("$") and cell_len(row[:row.index(cost) + len(cost)]) == end
+    assert "竞价/可中断" in out.stdout or "按 2 卡实例出售" in out.stdout  # notes translated
+
+    fit = zh(gputui_home, "fit", "qwen2.5-7b")
+    assert fit.returncode == 0, fit.stderr
+    assert "· 推理 ·" in fit.stdout and "\n  权重 " in fit.stdout and "KV 缓存" in fit.stdout
+    table = fit.stdout.splitlines()
+    head = next(line for line in table if line.startswith("GPU ") and "卡数" in line)
+    assert "最低价来源" in head and "价格日期" in head
+
+    cards = zh(gputui_home, "catalog")
+    assert cards.returncode == 0 and "价格日期" in cards.stdout.splitlines()[0]
+    english = gputui(gputui_home, "--lang", "en", "cost", "rtx-4090", "--hours", "10", "--json")
+    assert "竞价" not in english.stdout and "spot/interruptible" in english.stdout
