@@ -71,7 +71,7 @@ class CreateScreen(BaseScreen):
                              compact=True, allow_blank=False)
             with Horizontal(classes="row"):
                 yield Label(_("Image"))
-                yield Select([], id="image", compact=True)
+                yield Select([], id="image", compact=True, prompt=_("choose a GPU first"))
             with Horizontal(classes="row"):
                 yield Label(_("Disk GB"))
                 yield Input("50", id="disk", compact=True, type="number")
