@@ -55,6 +55,14 @@ def test_zh_costs_ledger_snapshot(snap_compare, gputui_home: Path, utc_clock, zh
     assert snap_compare(_costs_app(gputui_home), press=["c", "2"], terminal_size=SIZE)
 
 
+def test_zh_costs_summary_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):  # noqa: F811
+    assert snap_compare(_costs_app(gputui_home), press=["c", "3"], terminal_size=SIZE)
+
+
+def test_zh_costs_chart_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):  # noqa: F811
+    assert snap_compare(_costs_app(gputui_home), press=["c", "4"], terminal_size=SIZE)
+
+
 # -- Jobs ---------------------------------------------------------------------------------------
 
 JOBS_NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
