@@ -15,6 +15,8 @@ callers that want to catch one kind, but all of them sit under this root, so a s
 
 from __future__ import annotations
 
+from gputui.i18n import Deferred, shown
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -30,9 +32,33 @@ class GputuiError(Exception):
     def __str__(self) -> str:
         # Messages often carry text from outside (a remote's stderr, an API's error body):
         # never an escape sequence or a control character on the way to a terminal.
-        from gputui.sanitize import sanitize
+        # A `Deferred` message stays one: English as a string (what the store, logs and JSON
+        # keep; wrapping it as `ServiceError(str(exc))` keeps it too), translated where shown
+        # (`one_line`, `shown`), with every value from outside sanitised.
+        message = self.args[0] if len(self.args) == 1 else None
+        if isinstance(message, Deferred):
+            return _clean_deferred(message)
+        return _clean(super().__str__())
 
-        return sanitize(" ".join(super().__str__().split()), 2000)
+    def translated(self) -> str:
+        """The message in the interface language (one line, sanitised)."""
+        return _clean(str(shown(str(self))))
+
+
+def _clean(text: str) -> str:
+    from gputui.sanitize import sanitize
+
+    return sanitize(" ".join(text.split()), 2000)
+
+
+def _clean_deferred(message: Deferred) -> Deferred:
+    """`message` with its values sanitised and on one line (the template is our own text)."""
+    params: dict[str, object] = {}
+    for key, value in message.params.items():
+        if isinstance(value, GputuiError):  # another of our errors: it translates too
+            value = str(value)
+        params[key] = _clean_deferred(value) if isinstance(value, Deferred) else _clean(str(value))
+    return Deferred(message.template, **params)
 
 
 class BadInput(GputuiError):
@@ -55,9 +81,10 @@ def exit_code(exc: BaseException) -> int:
 
 
 def one_line(exc: BaseException) -> str:
-    """The user-facing line for an error (no class names for our own errors)."""
+    """The user-facing line for an error (no class names for our own errors), in the interface
+    language: our own words translated, text from outside as it came (sanitised)."""
     if isinstance(exc, GputuiError):
-        return str(exc)
+        return exc.translated()
     from gputui.sanitize import sanitize
 
     if isinstance(exc, LookupError) and exc.args:  # KeyError quotes its argument
