@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import errno
-import os
-
 from gputui.i18n import N_, Deferred
 from gputui.models import SSHEndpoint
 from gputui.remote.hostkeys import (
@@ -77,32 +74,6 @@ def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, ConnectFailed):
         return exc.retryable
     return True
-
-
-# The system's words for the network errors a user meets most (os.strerror is English).
-_OS_REASONS = {
-    errno.ECONNREFUSED: N_("Connection refused"),
-    errno.ECONNRESET: N_("Connection reset by peer"),
-    errno.EHOSTUNREACH: N_("No route to host"),
-    errno.ENETUNREACH: N_("Network is unreachable"),
-    errno.ETIMEDOUT: N_("Connection timed out"),
-    errno.EADDRNOTAVAIL: N_("Cannot assign requested address"),
-    errno.ENOENT: N_("No such file or directory"),
-    errno.EACCES: N_("Permission denied"),
-    errno.EISDIR: N_("Is a directory"),
-    errno.ENOTDIR: N_("Not a directory"),
-    errno.ENOSPC: N_("No space left on device"),
-}
-
-
-def os_reason(exc: OSError) -> str:
-    """Why an OSError happened, in words a person reads (translated where shown): the
-    system's message for its errno, or its text."""
-    if exc.errno in _OS_REASONS and os.strerror(exc.errno) == _OS_REASONS[exc.errno]:
-        return Deferred(_OS_REASONS[exc.errno])
-    if exc.errno:
-        return os.strerror(exc.errno)
-    return str(exc) or type(exc).__name__
 
 
 def _short(cmd: str, limit: int = 60) -> str:

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import asyncssh
 
+from gputui.errors import os_reason
 from gputui.i18n import N_, Deferred
 from gputui.models import LinkState, SSHEndpoint
 from gputui.remote.hostkeys import (
@@ -43,7 +44,6 @@ from .errors import (
     _short,
     _where,
     is_retryable,
-    os_reason,
 )
 from .results import RunResult, _exit_status
 from .stream import LineStream
