@@ -119,3 +119,10 @@ def os_reason(exc: OSError) -> str:
     if exc.errno:
         return os.strerror(exc.errno)
     return str(exc) or type(exc).__name__
+
+
+def without_prefix(text: str, prefix: str) -> str:
+    """`text` less a leading `prefix` ("lambda: "), keeping a `Deferred` one translatable."""
+    if isinstance(text, Deferred) and text.template.startswith(prefix):
+        return Deferred(text.template[len(prefix):], **text.params)
+    return text.removeprefix(prefix)
