@@ -240,10 +240,6 @@ NOT_YET = {
     "ui/costs.py", "ui/jobs.py", "services/arming.py", "services/costs.py", "services/daemon.py",
     "services/hub.py", "services/jobs.py", "services/jobs_runner.py", "services/leases.py",
     "services/metrics.py", "services/views.py", "models.py", "store.py",
-
-    # providers, SSH and transfers
-    "providers/autodl.py", "providers/lambda_cloud.py", "providers/sandbox.py",
-    "remote/ssh/link.py", "remote/transfer.py",
 }
 SCOPED = sorted(p for p in (REPO / "gputui").rglob("*.py")
                 if "sandbox" not in p.relative_to(REPO / "gputui").parts[:1]

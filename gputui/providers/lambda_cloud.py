@@ -535,7 +535,7 @@ class LambdaProvider(Provider):
         elif status >= 500:
             text, add_message = Deferred(N_("Lambda answered HTTP {status}"), status=status), True
         else:
-            text, add_message = Deferred("HTTP {status}", status=status), True
+            text, add_message = Deferred(N_("HTTP {status}"), status=status), True
         # Lambda's own words (message, suggestion) follow ours, as they came (scrubbed).
         more = ""
         if add_message and message and message.strip().rstrip(".").lower() not in text.lower():
