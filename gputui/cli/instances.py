@@ -16,6 +16,7 @@ from gputui.cli.output import (
     run_async,
     status_text,
 )
+from gputui.errors import one_line
 from gputui.i18n import _, pad_cells
 
 
@@ -157,7 +158,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
             return await interactive_shell(link)
         except SSHLayerError as exc:
-            raise CommandError(f"{inst.name}: {exc}") from None
+            raise CommandError(f"{inst.name}: {one_line(exc)}") from None
 
     return run_async(args, body)
 
