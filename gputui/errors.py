@@ -60,7 +60,13 @@ def _clean_deferred(message: Deferred) -> Deferred:
     for key, value in message.params.items():
         if isinstance(value, GputuiError):  # another of our errors: it translates too
             value = str(value)
-        params[key] = _clean_deferred(value) if isinstance(value, Deferred) else _clean(str(value))
+        if isinstance(value, Deferred):
+            params[key] = _clean_deferred(value)
+        else:  # one space kept where one was at either end: "{line}{said}" with said " [...]"
+            text = str(value)
+            lead = " " if text[:1].isspace() else ""
+            trail = " " if text[-1:].isspace() else ""
+            params[key] = lead + _clean(text) + trail if _clean(text) else ""
     return Deferred(message.template, **params)
 
 

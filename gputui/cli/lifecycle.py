@@ -7,7 +7,7 @@ import sys
 
 from gputui.cli.output import CommandError, print_json, run_async
 from gputui.format import status_text
-from gputui.i18n import _
+from gputui.i18n import _, shown
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -90,7 +90,7 @@ def cmd_account(args: argparse.Namespace) -> int:
             return 1 if failed else 0
         for row in out:
             if "error" in row:
-                print(f"{row['provider']}: {row['error']}", file=sys.stderr)
+                print(f"{row['provider']}: {shown(row['error'])}", file=sys.stderr)
                 continue
             cur = row["currency"]
 
