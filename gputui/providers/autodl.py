@@ -92,7 +92,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.autodl.com"
 ENV_KEY = AUTODL_TOKEN_ENV
 ENV_BASE = "AUTODL_API_BASE"
-TOKEN_PAGE = "the AutoDL console (设置 → 开发者 Token)"
+TOKEN_PAGE = Deferred(N_("the AutoDL console (设置 → 开发者 Token)"))
 CURRENCY = "CNY"
 CST = timezone(timedelta(hours=8), "CST")
 WIPE_AFTER_DAYS = 15  # shut down this long: released and wiped by AutoDL
@@ -262,7 +262,7 @@ class _Ambiguous(Exception):
 
 class AutoDLProvider(Provider):
     name = "autodl"
-    label = "AutoDL (Pro, ¥)"
+    label = N_("AutoDL (Pro, ¥)")
     currency = CURRENCY
     login_shell = LOGIN_SHELL
     wipe_after_days = WIPE_AFTER_DAYS

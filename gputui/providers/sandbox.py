@@ -41,7 +41,7 @@ from gputui.sandbox.platform import PlatformRecord, kill_instance_processes
 
 __all__ = ["SandboxProvider", "sandbox_offers", "kill_instance_processes", "PlatformRecord"]
 
-LABEL = "sandbox (simulated)"
+LABEL = N_("sandbox (simulated)")
 STORAGE_PER_GB_MONTH = Decimal("0.10")
 GPU_COUNTS = (1, 2, 4, 8)
 LOCAL_HOST = "127.0.0.1"

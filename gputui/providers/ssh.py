@@ -34,7 +34,7 @@ POWER_OFF = "shutdown -h now || sudo -n shutdown -h now || poweroff"
 
 class SshProvider(Provider):
     name = "ssh"
-    label = "ssh (your own host)"
+    label = N_("ssh (your own host)")
     capabilities = Capabilities(scheduled_release=False, power_off_stops_billing=True,
                                 rentable=False)
 

@@ -171,7 +171,8 @@ async def test_autodl_refuses_the_token(gputui_home: Path, emu: AutoDLEmulator):
     token = "wrong-token-0123456789abcdef"
     line, code = await both(gputui_home, "create", "--provider", "autodl", "--gpu", "4090D",
                             env=autodl_env(emu, token))
-    assert "令牌被拒绝（HTTP 401）——请在 " in line and token not in line
+    assert "令牌被拒绝（HTTP 401）——请在 AutoDL 控制台（设置 → 开发者 Token） 生成令牌并设置 AUTODL_TOKEN" in line
+    assert token not in line
     assert code == 2
     assert emu.instances == {}
 
