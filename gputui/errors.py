@@ -58,8 +58,8 @@ def _clean_deferred(message: Deferred) -> Deferred:
     """`message` with its values sanitised and on one line (the template is our own text)."""
     params: dict[str, object] = {}
     for key, value in message.params.items():
-        if isinstance(value, GputuiError):  # another of our errors: it translates too
-            value = str(value)
+        if isinstance(value, BaseException):  # another error: ours translate too
+            value = said(value)
         if isinstance(value, Deferred):
             params[key] = _clean_deferred(value)
         else:  # one space kept where one was at either end: "{line}{said}" with said " [...]"
@@ -132,3 +132,13 @@ def without_prefix(text: str, prefix: str) -> str:
     if isinstance(text, Deferred) and text.template.startswith(prefix):
         return Deferred(text.template[len(prefix):], **text.params)
     return text.removeprefix(prefix)
+
+
+def said(exc: BaseException) -> str:
+    """What `exc` says, still translatable where it was our own words (a `Deferred`), also when
+    it came wrapped in a plain exception such as `ValueError(Deferred(...))`."""
+    if isinstance(exc, GputuiError):
+        return str(exc)
+    if len(exc.args) == 1 and isinstance(exc.args[0], Deferred):
+        return exc.args[0]
+    return str(exc)

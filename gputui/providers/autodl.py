@@ -61,7 +61,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from gputui.config import AUTODL_TOKEN_ENV
-from gputui.errors import BadInput, without_prefix
+from gputui.errors import BadInput, said, without_prefix
 from gputui.i18n import N_, Deferred
 from gputui.models import (
     BillingRule,
@@ -180,7 +180,7 @@ def resolve_token(config: Config, env: Mapping[str, str] | None = None
         return ApiKey(raw), source
     except ValueError as exc:
         raise AutoDLAuthError(Deferred(N_("autodl: the token in {source} is unusable: {reason}"),
-                                       source=source, reason=str(exc))) from None
+                                       source=source, reason=said(exc))) from None
 
 
 def normalise_base_url(url: str) -> str:
@@ -306,7 +306,7 @@ class AutoDLProvider(Provider):
                 self._key: ApiKey | None = ApiKey(token)
             except ValueError as exc:
                 raise AutoDLAuthError(Deferred(N_("autodl: unusable token: {reason}"),
-                                               reason=str(exc))) from None
+                                               reason=said(exc))) from None
             self.key_source = "given"
         else:
             self._key, self.key_source = resolve_token(ctx.config, env)
@@ -316,7 +316,7 @@ class AutoDLProvider(Provider):
             self.base_url = normalise_base_url(raw_base)
         except ValueError as exc:
             raise ProviderError(Deferred(N_("autodl: base_url: {reason}"),
-                                         reason=str(exc))) from None
+                                         reason=said(exc))) from None
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.poll_interval = poll_interval

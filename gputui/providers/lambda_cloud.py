@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.config import LAMBDA_KEY_ENV
-from gputui.errors import os_reason, without_prefix
+from gputui.errors import os_reason, said, without_prefix
 from gputui.i18n import N_, Deferred
 from gputui.models import (
     BillingRule,
@@ -175,7 +175,7 @@ def resolve_key(
         return ApiKey(raw), source, warnings
     except ValueError as exc:
         warnings.append(Deferred(N_("lambda: the API key in {source} is unusable: {reason}"),
-                                 source=source, reason=str(exc)))
+                                 source=source, reason=said(exc)))
         return None, "", warnings
 
 
@@ -364,7 +364,7 @@ class LambdaProvider(Provider):
                 self._key: ApiKey | None = ApiKey(api_key)
             except ValueError as exc:
                 raise ProviderError(Deferred(N_("lambda: unusable API key: {reason}"),
-                                             reason=str(exc))) from None
+                                             reason=said(exc))) from None
             self.key_source = "given"
         else:
             self._key, self.key_source, self.warnings = resolve_key(ctx.config, env, config_file)
@@ -375,7 +375,7 @@ class LambdaProvider(Provider):
             self.base_url = normalise_base_url(raw_base)
         except ValueError as exc:
             raise ProviderError(Deferred(N_("lambda: base_url: {reason}"),
-                                         reason=str(exc))) from None
+                                         reason=said(exc))) from None
         self.key_path = Path(key_path) if key_path else ctx.state_dir / "lambda" / "id_ed25519"
         self.ssh_port = ssh_port
         self.timeout = timeout
