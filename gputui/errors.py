@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 from gputui.i18n import N_, Deferred, shown
 
@@ -67,6 +68,8 @@ def _clean_deferred(message: Deferred) -> Deferred:
             lead = " " if text[:1].isspace() else ""
             trail = " " if text[-1:].isspace() else ""
             params[key] = lead + _clean(text) + trail if _clean(text) else ""
+    if isinstance(message, _WithoutPrefix):
+        return _WithoutPrefix(message.template, message.prefix, **params)
     return Deferred(message.template, **params)
 
 
@@ -128,10 +131,29 @@ def os_reason(exc: OSError) -> str:
 
 
 def without_prefix(text: str, prefix: str) -> str:
-    """`text` less a leading `prefix` ("lambda: "), keeping a `Deferred` one translatable."""
+    """`text` less a leading `prefix` ("lambda: "), keeping a `Deferred` one translatable (the
+    catalog knows the whole template: it is translated whole, then the prefix comes off)."""
     if isinstance(text, Deferred) and text.template.startswith(prefix):
-        return Deferred(text.template[len(prefix):], **text.params)
+        return _WithoutPrefix(text.template, prefix, **text.params)
     return text.removeprefix(prefix)
+
+
+class _WithoutPrefix(Deferred):
+    prefix: str
+
+    def __new__(cls, template: str, prefix: str, /, **params: object) -> _WithoutPrefix:
+        whole = template.format(**params) if params else template
+        obj = str.__new__(cls, whole.removeprefix(prefix))
+        obj.template, obj.params, obj.prefix = template, params, prefix
+        return obj
+
+    def __reduce__(self):  # copies keep the template and the prefix
+        return (_rebuild_without_prefix, (self.template, self.prefix, self.params))
+
+    def translated(self) -> str:
+        # "lambda: " is "lambda：" in Chinese: the name, then either colon
+        name = self.prefix.rstrip(": ")
+        return re.sub(r"^" + re.escape(name) + r"\s*[:：]\s*", "", super().translated())
 
 
 def said(exc: BaseException) -> str:
@@ -142,3 +164,8 @@ def said(exc: BaseException) -> str:
     if len(exc.args) == 1 and isinstance(exc.args[0], Deferred):
         return exc.args[0]
     return str(exc)
+
+
+def _rebuild_without_prefix(template: str, prefix: str, params: dict[str, object]
+                            ) -> _WithoutPrefix:
+    return _WithoutPrefix(template, prefix, **params)
