@@ -16,8 +16,8 @@ from gputui.cli.output import (
     run_async,
     status_text,
 )
-from gputui.errors import one_line
-from gputui.i18n import _, pad_cells
+from gputui.errors import one_line, os_reason
+from gputui.i18n import _, pad_cells, shown
 
 
 def cmd_instances(args: argparse.Namespace) -> int:
@@ -192,7 +192,7 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
         try:
             mode = os.stat(args.password_file).st_mode
         except OSError as exc:
-            raise CommandError(f"--password-file: {exc.strerror}: {args.password_file}",
+            raise CommandError(f"--password-file: {shown(os_reason(exc))}: {args.password_file}",
                                EXIT_BAD_INPUT) from None
         if mode & 0o077:
             raise CommandError(_("--password-file: others can read {file}; run chmod 600 "

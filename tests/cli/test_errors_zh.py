@@ -224,3 +224,11 @@ async def test_transfer_errors(gputui_home: Path, box: str, tmp_path: Path):
     line, code = await both(gputui_home, "push", "nope", str(local))
     assert line.startswith("gputui: 没有名为 'nope' 的实例")
     assert code == 2
+
+
+def test_a_missing_password_file(gputui_home: Path, tmp_path: Path):
+    missing = tmp_path / "no-such-pw"
+    line, code = both_sync(gputui_home, "add-ssh", "ssh root@127.0.0.1", "--price", "1",
+                           "--password-file", str(missing))
+    assert line == f"gputui: --password-file: 没有那个文件或目录: {missing}"
+    assert code == 2
