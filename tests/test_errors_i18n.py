@@ -89,3 +89,10 @@ async def test_a_changed_host_key_link_state_english_error_chinese(tmp_path: Pat
     assert one_line(err.value).startswith(f"127.0.0.1:{port} 的主机密钥已改变：应为 SHA256:")
     assert "拒绝连接" in one_line(err.value)
     assert known.host_keys("127.0.0.1", port)[0].public_data == other.public_data  # kept
+
+
+def test_shown_gives_an_error_as_its_line_in_the_interface_language():
+    exc = refused()
+    assert f"box: {shown(exc)}" == "box: 无法连接 root@h:22：连接被拒绝"
+    plain = ValueError("not ours")
+    assert shown(plain) is plain
