@@ -86,7 +86,7 @@ async def test_a_changed_host_key_link_state_english_error_chinese(tmp_path: Pat
         server.close()
         await server.wait_closed()
     assert link.last_error is not None and "HOST KEY CHANGED" in str(link.last_error)
-    assert one_line(err.value).startswith(f"127.0.0.1:{port} 的主机密钥已改变：应为 SHA256:")
+    assert one_line(err.value).startswith(f"root@127.0.0.1:{port} 的主机密钥已改变：应为 SHA256:")
     assert "拒绝连接" in one_line(err.value)
     assert known.host_keys("127.0.0.1", port)[0].public_data == other.public_data  # kept
 

@@ -59,16 +59,18 @@ class UnknownHostKey(SSHLayerError):
 class HostKeyChanged(SSHLayerError):
     """The host presented a different key than the one on file. Never accepted."""
 
-    def __init__(self, host: str, port: int, expected_fp: str, got_fp: str):
+    def __init__(self, host: str, port: int, expected_fp: str, got_fp: str,
+                 user: str | None = None):
         self.host = host
         self.port = port
         self.expected_fp = expected_fp
         self.got_fp = got_fp
+        where = _where(host, port)
         super().__init__(Deferred(
             N_("HOST KEY CHANGED for {where}: expected {expected}, got {got}; refusing to "
                "connect (possible man-in-the-middle, or the host was reinstalled: remove its "
                "entry from known hosts only if you know why it changed)"),
-            where=_where(host, port), expected=expected_fp, got=got_fp))
+            where=f"{user}@{where}" if user else where, expected=expected_fp, got=got_fp))
 
 
 class HostKeyRejected(SSHLayerError):

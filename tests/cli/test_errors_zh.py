@@ -104,11 +104,17 @@ async def test_a_changed_host_key_is_refused(gputui_home: Path, sshd):
     other = asyncssh.generate_private_key("ssh-ed25519")
     put_ssh_instance(gputui_home, "rig", port, known_key=other)
     line, code = await both(gputui_home, "ssh", "rig", "--", "true")
-    assert line.startswith(f"gputui: rig: 127.0.0.1:{port} 的主机密钥已改变：应为 SHA256:")
+    assert line.startswith(f"gputui: rig: root@127.0.0.1:{port} 的主机密钥已改变：应为 SHA256:")
     assert "拒绝连接（可能是中间人攻击" in line and "known hosts" in line
     assert code == 1
     kept = await asyncio.to_thread((gputui_home / "known_hosts").read_text)
     assert other.export_public_key().decode().split()[1] in kept  # never replaced
+
+    # adding it again with `add-ssh`: the same refusal, and nothing added
+    line, code = await both(gputui_home, "add-ssh", f"ssh -p {port} root@127.0.0.1",
+                            "--price", "1", "--gpu", "RTX 3090", "--name", "again")
+    assert line.startswith(f"gputui: root@127.0.0.1:{port} 的主机密钥已改变：应为 SHA256:")
+    assert code == 1
 
 
 async def test_a_refused_login(gputui_home: Path, sshd, tmp_path: Path):

@@ -237,6 +237,10 @@ class Link:
         try:
             conn = await asyncssh.connect(**kwargs)
         except asyncssh.HostKeyNotVerifiable as exc:
+            if isinstance(verifier.error, HostKeyChanged):  # named as the user wrote it
+                err = verifier.error
+                raise HostKeyChanged(err.host, err.port, err.expected_fp, err.got_fp,
+                                     user=ep.user) from None
             if verifier.error is not None:
                 raise verifier.error from None
             raise HostKeyRejected(Deferred(N_("host key for {where} rejected: {reason}"),
@@ -291,7 +295,8 @@ class Link:
             return None
         if key is None or key in trusted:
             return None
-        return HostKeyChanged(ep.host, ep.port, fingerprint(trusted[0]), fingerprint(key))
+        return HostKeyChanged(ep.host, ep.port, fingerprint(trusted[0]), fingerprint(key),
+                              user=ep.user)
 
     async def _supervise(self, first: asyncio.Future[asyncssh.SSHClientConnection]) -> None:
         ready = first
