@@ -98,9 +98,8 @@ def shown(text: object) -> object:
     the interface language (`GputuiError.translated`), anything else as it is."""
     if isinstance(text, Deferred):
         return text.translated()
-    if isinstance(text, BaseException) and callable(getattr(text, "translated", None)):
-        return text.translated()
-    return text
+    translate = getattr(text, "translated", None) if isinstance(text, BaseException) else None
+    return translate() if callable(translate) else text
 
 
 def current_language() -> Language:
