@@ -688,7 +688,7 @@ class Link:
             await asyncio.gather(sup, return_exceptions=True)
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(LinkClosed(Deferred(N_("link to {name} closed"), name=self.name)))
-        self._set_state(LinkState.UNKNOWN, "closed")
+        self._set_state(LinkState.UNKNOWN, Deferred(N_("closed")))
 
     async def __aenter__(self) -> Link:
         return self
