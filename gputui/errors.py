@@ -169,3 +169,10 @@ def said(exc: BaseException) -> str:
 def _rebuild_without_prefix(template: str, prefix: str, params: dict[str, object]
                             ) -> _WithoutPrefix:
     return _WithoutPrefix(template, prefix, **params)
+
+
+def clean_message(text: str) -> str:
+    """`text` sanitised for a terminal and on one line, a `Deferred` staying one (its values
+    sanitised, so that it still translates where shown): for notices and link states that
+    carry our words around text from outside."""
+    return _clean_deferred(text) if isinstance(text, Deferred) else _clean(text)

@@ -96,3 +96,13 @@ def test_shown_gives_an_error_as_its_line_in_the_interface_language():
     assert f"box: {shown(exc)}" == "box: 无法连接 root@h:22：连接被拒绝"
     plain = ValueError("not ours")
     assert shown(plain) is plain
+
+
+def test_clean_message_keeps_our_words_translatable():
+    from gputui.errors import clean_message
+
+    text = clean_message(Deferred(N_("{name}: connection lost: {reason}"), name="box",
+                                  reason="\x1b[31mreset\n"))
+    assert text == "box: connection lost: reset"
+    assert shown(text) == "box：连接断开：reset"
+    assert clean_message("a\x1b[2J\nb") == "a b"
