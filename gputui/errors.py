@@ -63,11 +63,9 @@ def _clean_deferred(message: Deferred) -> Deferred:
             value = said(value)
         if isinstance(value, Deferred):
             params[key] = _clean_deferred(value)
-        else:  # one space kept where one was at either end: "{line}{said}" with said " [...]"
-            text = str(value)
-            lead = " " if text[:1].isspace() else ""
-            trail = " " if text[-1:].isspace() else ""
-            params[key] = lead + _clean(text) + trail if _clean(text) else ""
+        else:  # a leading space kept: "{line}{said}" with said " [...]"
+            text, cleaned = str(value), _clean(str(value))
+            params[key] = (" " + cleaned if text.startswith(" ") else cleaned) if cleaned else ""
     if isinstance(message, _WithoutPrefix):
         return _WithoutPrefix(message.template, message.prefix, **params)
     return Deferred(message.template, **params)
