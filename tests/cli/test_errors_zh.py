@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import GPUTUI, run_gputui_env
 from tests.providers.autodl_emulator import TEST_TOKEN, AutoDLEmulator
+from tests.providers.lambda_emulator import LambdaEmulator
 
 
 def _run(home: Path, args: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess:
@@ -198,6 +199,25 @@ async def test_autodl_refuses_what_autodl_would_refuse(gputui_home: Path, emu: A
     assert line == "gputui: --count：AutoDL 专业版每台 1 到 4 块 GPU，而不是 5"
     assert code == 2
     assert emu.instances == {}
+
+
+# -- Lambda (the emulator) -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "words"), [
+    ("wrong-key-0123456789abcdef", "lambda：列出实例类型：API 密钥被拒绝（无效、过期或已删除）——请在 "
+     "https://cloud.lambda.ai/api-keys 生成密钥并设置 LAMBDA_API_KEY"),
+    ("inactive-key-0123456789", "lambda：列出实例类型：你的 Lambda 账户未激活——请在 Lambda 控制台"
+     "验证邮箱并添加付款方式"),
+])
+async def test_lambda_refusals(gputui_home: Path, key: str, words: str):
+    async with LambdaEmulator(inactive_keys=["inactive-key-0123456789"]) as emu:
+        line, code = await both(gputui_home, "create", "--provider", "lambda", "--gpu",
+                                "H100 PCIe", env={"LAMBDA_API_KEY": key,
+                                                  "LAMBDA_API_BASE": emu.base_url})
+        assert not emu.instances
+    assert line == f"gputui: {words}" and key not in line
+    assert code == 1
 
 
 # -- transfers (the simulated cloud's instance, over real SSH and SFTP) -------------------------
