@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gputui.errors import BadInput
-from gputui.i18n import _, ngettext
+from gputui.i18n import N_, _, ngettext
 from gputui.paths import (  # noqa: F401 (where things live: imported from here too)
     APP_NAME,
     CONFIG_NAME,
@@ -262,6 +262,47 @@ def default_config() -> Config:
     )
 
 
+# Pydantic's own messages for the mistakes a config file holds most, as templates (its English
+# text exactly), so that they can be shown in the interface language.
+_PYDANTIC = {
+    "missing": N_("Field required"),
+    "string_type": N_("Input should be a valid string"),
+    "int_type": N_("Input should be a valid integer"),
+    "int_parsing": N_("Input should be a valid integer, unable to parse string as an integer"),
+    "int_from_float": N_("Input should be a valid integer, got a number with a fractional part"),
+    "float_type": N_("Input should be a valid number"),
+    "float_parsing": N_("Input should be a valid number, unable to parse string as a number"),
+    "finite_number": N_("Input should be a finite number"),
+    "decimal_parsing": N_("Input should be a valid decimal"),
+    "decimal_type": N_("Decimal input should be an integer, float, string or Decimal object"),
+    "bool_type": N_("Input should be a valid boolean"),
+    "bool_parsing": N_("Input should be a valid boolean, unable to interpret input"),
+    "list_type": N_("Input should be a valid list"),
+    "dict_type": N_("Input should be a valid dictionary"),
+    "literal_error": N_("Input should be {expected}"),
+    "greater_than": N_("Input should be greater than {gt}"),
+    "greater_than_equal": N_("Input should be greater than or equal to {ge}"),
+    "less_than": N_("Input should be less than {lt}"),
+    "less_than_equal": N_("Input should be less than or equal to {le}"),
+}
+
+
+def _problem(err: Any) -> str:
+    """What is wrong with one value, in the interface language where we know pydantic's words
+    (its message as it is otherwise)."""
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    template = _PYDANTIC.get(err["type"])
+    if template is None:
+        return msg
+    ctx = {k: str(v) for k, v in (err.get("ctx") or {}).items()}
+    try:
+        if template.format(**ctx) != msg:  # another pydantic's wording: keep its own
+            return msg
+        return _(template).format(**ctx)
+    except (KeyError, IndexError, ValueError):
+        return msg
+
+
 def _where(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
     for item in loc:
@@ -294,7 +335,7 @@ def load_config(path: Path | None = None) -> Config:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = _where(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = _problem(err)
         if err["type"] == "extra_forbidden":
             msg = _("unknown key")
         more = exc.error_count() - 1

@@ -94,8 +94,12 @@ def _rebuild_deferred(template: str, params: dict[str, object]) -> Deferred:
 
 
 def shown(text: object) -> object:
-    """`text` for a person: a `Deferred` translated, anything else as it is."""
-    return text.translated() if isinstance(text, Deferred) else text
+    """`text` for a person: a `Deferred` translated, one of gputui's errors as its one line in
+    the interface language (`GputuiError.translated`), anything else as it is."""
+    if isinstance(text, Deferred):
+        return text.translated()
+    translate = getattr(text, "translated", None) if isinstance(text, BaseException) else None
+    return translate() if callable(translate) else text
 
 
 def current_language() -> Language:

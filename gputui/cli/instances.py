@@ -16,6 +16,7 @@ from gputui.cli.output import (
     run_async,
     status_text,
 )
+from gputui.errors import one_line, os_reason
 from gputui.i18n import _, pad_cells, shown
 
 
@@ -157,7 +158,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
             return await interactive_shell(link)
         except SSHLayerError as exc:
-            raise CommandError(f"{inst.name}: {exc}") from None
+            raise CommandError(f"{inst.name}: {one_line(exc)}") from None
 
     return run_async(args, body)
 
@@ -191,7 +192,7 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
         try:
             mode = os.stat(args.password_file).st_mode
         except OSError as exc:
-            raise CommandError(f"--password-file: {exc.strerror}: {args.password_file}",
+            raise CommandError(f"--password-file: {shown(os_reason(exc))}: {args.password_file}",
                                EXIT_BAD_INPUT) from None
         if mode & 0o077:
             raise CommandError(_("--password-file: others can read {file}; run chmod 600 "

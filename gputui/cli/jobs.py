@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gputui.cli.output import EXIT_BAD_INPUT, CommandError, print_json, run_async
-from gputui.errors import BadInput
+from gputui.errors import BadInput, one_line
 from gputui.format import status_text
 from gputui.i18n import _, pad_cells, truncate_cells
 
@@ -88,7 +88,7 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
             summary = await pull(link, args.remote, local, checksum=args.checksum,
                                  progress=bar)
     except SSHLayerError as exc:
-        raise CommandError(f"{inst.name}: {exc}") from None
+        raise CommandError(f"{inst.name}: {one_line(exc)}") from None
     finally:
         bar.done()
     if args.json:
@@ -384,7 +384,7 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
         try:
             summary = await push(link, local, f"~/{local.name}", progress=bar)
         except SSHLayerError as exc:
-            raise CommandError(f"{inst.name}: {exc}") from None
+            raise CommandError(f"{inst.name}: {one_line(exc)}") from None
         finally:
             bar.done()
         print(sanitize(_summary_line(summary), 400), file=sys.stderr)

@@ -92,7 +92,7 @@ def cmd_account(args: argparse.Namespace) -> int:
             return 1 if failed else 0
         for row in out:
             if "error" in row:
-                print(f"{row['provider']}: {row['error']}", file=sys.stderr)
+                print(f"{row['provider']}: {shown(row['error'])}", file=sys.stderr)
                 continue
             cur = row["currency"]
 

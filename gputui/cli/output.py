@@ -10,9 +10,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import IO, TYPE_CHECKING
 
-from gputui.errors import EXIT_BAD_INPUT, EXIT_ERROR, GputuiError
+from gputui.errors import EXIT_BAD_INPUT, EXIT_ERROR, GputuiError, one_line
 from gputui.format import end_reason_text, status_text
-from gputui.i18n import _
+from gputui.i18n import _, shown
 
 if TYPE_CHECKING:
     from gputui.services.hub import Services
@@ -69,7 +69,7 @@ def run_async(args: argparse.Namespace, body: Callable[[Services], Awaitable[int
 
         def show(event: object) -> None:
             if isinstance(event, Notice) and not getattr(args, "json", False):
-                print(f"{_severity(event.severity)}: {event.text}", file=sys.stderr)
+                print(f"{_severity(event.severity)}: {shown(event.text)}", file=sys.stderr)
 
         services.store.subscribe(show)
         try:
@@ -105,7 +105,7 @@ def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
                 try:
                     await services.refresh(inst)
                 except ServiceError as exc:
-                    print(f"gputui: {inst.name}: {exc}", file=sys.stderr)
+                    print(f"gputui: {inst.name}: {one_line(exc)}", file=sys.stderr)
         finally:
             await services.close()
 

@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gputui.cli.output import print_json
 from gputui.errors import EXIT_ERROR as EXIT_FAIL
-from gputui.errors import EXIT_OK
+from gputui.errors import EXIT_OK, one_line
 from gputui.i18n import N_, shown
 from gputui.i18n import Deferred as D
 from gputui.nvidia.diagnose import diagnose_nvidia_smi
@@ -82,7 +82,7 @@ async def smi_remote(
         return _print_failure(exc.diagnosis, inst.name, f"{inst.name}: nvidia-smi", as_json,
                               out, err)
     except SSHLayerError as exc:
-        raise ServiceError(f"{inst.name}: {exc}") from None
+        raise ServiceError(f"{inst.name}: {one_line(exc)}") from None
     _print_snapshot(snap, as_json, out)
     return EXIT_OK
 
@@ -173,5 +173,5 @@ async def doctor_remote(
     try:
         facts = await remote_facts(services, inst)
     except SSHLayerError as exc:
-        raise ServiceError(f"{inst.name}: {exc}") from None
+        raise ServiceError(f"{inst.name}: {one_line(exc)}") from None
     return _print_checks(inst.name, evaluate_checks(facts), as_json, out or sys.stdout)

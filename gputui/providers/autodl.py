@@ -61,7 +61,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from gputui.config import AUTODL_TOKEN_ENV
-from gputui.errors import BadInput
+from gputui.errors import BadInput, said, without_prefix
+from gputui.i18n import N_, Deferred
 from gputui.models import (
     BillingRule,
     Granularity,
@@ -91,7 +92,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.autodl.com"
 ENV_KEY = AUTODL_TOKEN_ENV
 ENV_BASE = "AUTODL_API_BASE"
-TOKEN_PAGE = "the AutoDL console (设置 → 开发者 Token)"
+TOKEN_PAGE = Deferred(N_("the AutoDL console (设置 → 开发者 Token)"))
 CURRENCY = "CNY"
 CST = timezone(timedelta(hours=8), "CST")
 WIPE_AFTER_DAYS = 15  # shut down this long: released and wiped by AutoDL
@@ -178,13 +179,14 @@ def resolve_token(config: Config, env: Mapping[str, str] | None = None
     try:
         return ApiKey(raw), source
     except ValueError as exc:
-        raise AutoDLAuthError(f"autodl: the token in {source} is unusable: {exc}") from None
+        raise AutoDLAuthError(Deferred(N_("autodl: the token in {source} is unusable: {reason}"),
+                                       source=source, reason=said(exc))) from None
 
 
 def normalise_base_url(url: str) -> str:
     url = url.strip().rstrip("/")
     if not re.match(r"^https?://", url):
-        raise ValueError(f"{url!r} is not an http(s) URL")
+        raise ValueError(Deferred(N_("{url} is not an http(s) URL"), url=repr(url)))
     return url.removesuffix("/api/v1/dev").removesuffix("/api/v1")
 
 
@@ -224,28 +226,28 @@ class AutoDLBadRequest(AutoDLError, BadInput):
 # What AutoDL's messages say → (kind, our line). Matched in order, on the Chinese text.
 _MESSAGES: list[tuple[tuple[str, ...], str, str]] = [
     (("实名",), "identity",
-     "the account has not passed identity verification (实名认证), so AutoDL's API refuses it — "
-     "complete it in the AutoDL console"),
+     N_("the account has not passed identity verification (实名认证), so AutoDL's API refuses "
+        "it — complete it in the AutoDL console")),
     (("余额不足", "余额"), "balance",
-     "the wallet balance is too low — top up in the AutoDL console"),
+     N_("the wallet balance is too low — top up in the AutoDL console")),
     (("库存", "资源不足", "售罄"), "stock",
-     "no stock of that GPU spec right now — try another spec or later"),
+     N_("no stock of that GPU spec right now — try another spec or later")),
     (("不支持的启动模式", "启动模式"), "boot_mode",
-     "unsupported boot mode (the API boots with GPUs only)"),
-    (("不存在", "未找到"), "not_found", "not found"),
-    (("参数",), "params", "the request was refused as invalid"),
+     N_("unsupported boot mode (the API boots with GPUs only)")),
+    (("不存在", "未找到"), "not_found", N_("not found")),
+    (("参数",), "params", N_("the request was refused as invalid")),
     (("状态", "关机中", "开机中", "正在"), "state",
-     "the instance is not in a state that allows that now"),
+     N_("the instance is not in a state that allows that now")),
 ]
 
 
 def envelope_error(code: Any, msg: Any, what: str) -> AutoDLError:
     text = clean(msg or "", 160)
     kind, line = next(((k, v) for needles, k, v in _MESSAGES if any(n in text for n in needles)),
-                      ("other", "AutoDL refused it"))
-    out = f"autodl: {what}: {line}"
-    if text:
-        out += f" [{text}]"
+                      ("other", N_("AutoDL refused it")))
+    # AutoDL's own words follow ours, as they came (sanitised), in brackets.
+    out = Deferred(N_("autodl: {what}: {line}{said}"), what=what, line=Deferred(line),
+                   said=f" [{text}]" if text else "")
     return AutoDLError(out, code=clean(code or "", 40) or None, kind=kind)
 
 
@@ -260,7 +262,7 @@ class _Ambiguous(Exception):
 
 class AutoDLProvider(Provider):
     name = "autodl"
-    label = "AutoDL (Pro, ¥)"
+    label = N_("AutoDL (Pro, ¥)")
     currency = CURRENCY
     login_shell = LOGIN_SHELL
     wipe_after_days = WIPE_AFTER_DAYS
@@ -303,7 +305,8 @@ class AutoDLProvider(Provider):
             try:
                 self._key: ApiKey | None = ApiKey(token)
             except ValueError as exc:
-                raise AutoDLAuthError(f"autodl: unusable token: {exc}") from None
+                raise AutoDLAuthError(Deferred(N_("autodl: unusable token: {reason}"),
+                                               reason=said(exc))) from None
             self.key_source = "given"
         else:
             self._key, self.key_source = resolve_token(ctx.config, env)
@@ -312,7 +315,8 @@ class AutoDLProvider(Provider):
         try:
             self.base_url = normalise_base_url(raw_base)
         except ValueError as exc:
-            raise ProviderError(f"autodl: base_url: {exc}") from None
+            raise ProviderError(Deferred(N_("autodl: base_url: {reason}"),
+                                         reason=said(exc))) from None
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.poll_interval = poll_interval
@@ -339,8 +343,8 @@ class AutoDLProvider(Provider):
     @property
     def key_hint(self) -> str:
         if self._key is None:
-            return f"no token (set {ENV_KEY})"
-        return f"{self._key.masked} from {self.key_source}"
+            return Deferred(N_("no token (set {env})"), env=ENV_KEY)
+        return Deferred(N_("{key} from {source}"), key=self._key.masked, source=self.key_source)
 
     def _scrub(self, text: str) -> str:
         return self._key.scrub(text) if self._key else text
@@ -353,9 +357,10 @@ class AutoDLProvider(Provider):
         loop = asyncio.get_running_loop()
         if self._client is None or self._client.is_closed or self._client_loop is not loop:
             if self._key is None:
-                raise AutoDLAuthError(
-                    f"autodl: no token — set {ENV_KEY}, or token under [providers.autodl] in "
-                    f"config.toml (mode 0600); make one in {TOKEN_PAGE}")
+                raise AutoDLAuthError(Deferred(
+                    N_("autodl: no token — set {env}, or token under [providers.autodl] in "
+                       "config.toml (mode 0600); make one in {page}"),
+                    env=ENV_KEY, page=TOKEN_PAGE))
             key = self._key
 
             class _Token(httpx.Auth):
@@ -401,27 +406,31 @@ class AutoDLProvider(Provider):
                 else:
                     resp = await client.post(_P + path, json=body if body is not None else {})
             except httpx.TimeoutException:
-                err = AutoDLError(f"autodl: {what}: no answer within {self.timeout:g} s",
+                err = AutoDLError(Deferred(N_("autodl: {what}: no answer within {seconds} s"),
+                                           what=what, seconds=f"{self.timeout:g}"),
                                   retryable=True)
             except httpx.TransportError as exc:
-                err = AutoDLError(f"autodl: {what}: cannot reach {self.base_url} "
-                                  f"({type(exc).__name__})", retryable=True)
+                err = AutoDLError(Deferred(N_("autodl: {what}: cannot reach {url} ({reason})"),
+                                           what=what, url=self.base_url,
+                                           reason=type(exc).__name__), retryable=True)
                 if once and isinstance(exc, httpx.ConnectError):
                     err.kind = "not_sent"  # never reached the server: nothing happened
             else:
                 log.debug("%s %s -> %s", method, path, resp.status_code)
                 status = resp.status_code
                 if status in (401, 403):
-                    raise AutoDLAuthError(
-                        f"autodl: {what}: the token was refused (HTTP {status}) — make one in "
-                        f"{TOKEN_PAGE} and set {ENV_KEY}", status=status, kind="auth") from None
+                    raise AutoDLAuthError(Deferred(
+                        N_("autodl: {what}: the token was refused (HTTP {status}) — make one in "
+                           "{page} and set {env}"), what=what, status=status, page=TOKEN_PAGE,
+                        env=ENV_KEY), status=status, kind="auth") from None
                 if status == 200:
                     try:
                         env = resp.json()
                         code = env["code"]
                     except (ValueError, KeyError, TypeError):
-                        err = AutoDLError(f"autodl: {what}: unexpected answer (not the documented "
-                                          "envelope)", status=status, retryable=True)
+                        err = AutoDLError(Deferred(
+                            N_("autodl: {what}: unexpected answer (not the documented envelope)"),
+                            what=what), status=status, retryable=True)
                     else:
                         if code == "Success":
                             return env.get("data")
@@ -430,17 +439,20 @@ class AutoDLProvider(Provider):
                     ra = resp.headers.get("Retry-After")
                     with contextlib.suppress(TypeError, ValueError):
                         retry_after = max(0.0, float(ra)) if ra else None
-                    err = AutoDLError(f"autodl: {what}: rate limited (HTTP 429)", status=429,
-                                      retryable=True)
+                    err = AutoDLError(Deferred(N_("autodl: {what}: rate limited (HTTP 429)"),
+                                               what=what), status=429, retryable=True)
                 elif status >= 500:
-                    err = AutoDLError(f"autodl: {what}: AutoDL answered HTTP {status}",
+                    err = AutoDLError(Deferred(N_("autodl: {what}: AutoDL answered HTTP {status}"),
+                                               what=what, status=status),
                                       status=status, retryable=True)
                 else:
-                    raise AutoDLError(f"autodl: {what}: HTTP {status}", status=status) from None
+                    raise AutoDLError(Deferred(N_("autodl: {what}: HTTP {status}"), what=what,
+                                               status=status), status=status) from None
             if once and err.status != 429 and err.kind != "not_sent":
                 raise _Ambiguous(err)
             if attempt >= self.max_attempts:
-                raise AutoDLError(f"{err} — gave up after {attempt} tries", status=err.status,
+                raise AutoDLError(Deferred(N_("{error} — gave up after {tries} tries"),
+                                           error=str(err), tries=attempt), status=err.status,
                                   retryable=True) from None
             delay = self._delay(attempt, retry_after)
             log.info("%s (retrying in %.1f s)", self._scrub(str(err)), delay)
@@ -459,10 +471,12 @@ class AutoDLProvider(Provider):
         out: list[dict[str, Any]] = []
         page = 1
         while True:
-            data = await self._call("POST", "/instance/pro/list", "listing instances",
+            data = await self._call("POST", "/instance/pro/list",
+                                    Deferred(N_("listing instances")),
                                     body={"page_index": page, "page_size": 100})
             if not isinstance(data, Mapping):
-                raise AutoDLError("autodl: listing instances: unexpected answer (not a page)")
+                raise AutoDLError(Deferred(
+                    N_("autodl: listing instances: unexpected answer (not a page)")))
             out.extend(dict(x) for x in data.get("list") or [] if isinstance(x, Mapping))
             max_page = int(data.get("max_page") or 1)
             if page >= max_page or page >= 100:
@@ -490,22 +504,26 @@ class AutoDLProvider(Provider):
                 "status": "terminated" if status in ("released", "releasing") else status}
 
     async def status(self, uuid: str) -> str:
-        data = await self._call("GET", "/instance/pro/status", f"reading instance {uuid}",
+        data = await self._call("GET", "/instance/pro/status",
+                                Deferred(N_("reading instance {id}"), id=uuid),
                                 params={"instance_uuid": uuid})
         return str(data)
 
     async def snapshot(self, uuid: str) -> dict[str, Any]:
-        data = await self._call("GET", "/instance/pro/snapshot", f"reading instance {uuid}",
+        data = await self._call("GET", "/instance/pro/snapshot",
+                                Deferred(N_("reading instance {id}"), id=uuid),
                                 params={"instance_uuid": uuid})
         if not isinstance(data, Mapping):
-            raise AutoDLError(f"autodl: reading instance {uuid}: unexpected snapshot")
+            raise AutoDLError(Deferred(N_("autodl: reading instance {id}: unexpected snapshot"),
+                                       id=uuid))
         return dict(data)
 
     async def balance(self) -> dict[str, Any]:
         """The wallet, in yuan: balance, vouchers, lifetime spend."""
-        data = await self._call("POST", "/wallet/balance", "reading the wallet", body={})
+        data = await self._call("POST", "/wallet/balance", Deferred(N_("reading the wallet")),
+                                body={})
         if not isinstance(data, Mapping):
-            raise AutoDLError("autodl: reading the wallet: unexpected answer")
+            raise AutoDLError(Deferred(N_("autodl: reading the wallet: unexpected answer")))
         return {
             "provider": self.name,
             "currency": CURRENCY,
@@ -538,8 +556,8 @@ class AutoDLProvider(Provider):
                 price_per_gpu_hour=price,
                 billing=BillingRule(price_per_hour=price, currency=CURRENCY,
                                     granularity=Granularity.SECOND),
-                region=None, available=True, tier="pro pay-as-you-go" if ref else
-                "pro (price on creation)", images=[self.settings.image], source=src,
+                region=None, available=True, tier=N_("pro pay-as-you-go") if ref else
+                N_("pro (price on creation)"), images=[self.settings.image], source=src,
                 as_of=as_of))
         return out
 
@@ -552,26 +570,28 @@ class AutoDLProvider(Provider):
         """Refuse what AutoDL would refuse, and a wallet below the minimum, before anything is
         recorded or rented."""
         if request.offer_id not in PRO_SPECS:
-            raise AutoDLBadRequest(
-                f"autodl: unknown GPU spec {request.offer_id!r} (Pro specs: "
-                f"{', '.join(PRO_SPECS)})")
+            raise AutoDLBadRequest(Deferred(
+                N_("autodl: unknown GPU spec {spec} (Pro specs: {specs})"),
+                spec=repr(request.offer_id), specs=", ".join(PRO_SPECS)))
         if not 1 <= request.gpu_count <= MAX_GPUS:
-            raise AutoDLBadRequest(f"--count: AutoDL Pro takes 1 to {MAX_GPUS} GPUs, not "
-                                   f"{request.gpu_count}")
+            raise AutoDLBadRequest(Deferred(
+                N_("--count: AutoDL Pro takes 1 to {most} GPUs, not {count}"),
+                most=MAX_GPUS, count=request.gpu_count))
         if self.expand_gb(request.disk_gb) > MAX_EXPAND_GB:
-            raise AutoDLBadRequest(
-                f"--disk: AutoDL takes at most {SYSTEM_DISK_GB + MAX_EXPAND_GB} GB "
-                f"({SYSTEM_DISK_GB} GB system disk + up to {MAX_EXPAND_GB} GB), not "
-                f"{request.disk_gb:g}")
+            raise AutoDLBadRequest(Deferred(
+                N_("--disk: AutoDL takes at most {most} GB ({system} GB system disk + up to "
+                   "{expand} GB), not {disk}"), most=SYSTEM_DISK_GB + MAX_EXPAND_GB,
+                system=SYSTEM_DISK_GB, expand=MAX_EXPAND_GB, disk=f"{request.disk_gb:g}"))
         if self.min_balance > 0:
             wallet = await self.balance()
             have = wallet["balance"]
             if have is None or have < self.min_balance:
-                shown = "unknown" if have is None else f"¥{have:,.2f}"
-                raise AutoDLError(
-                    f"autodl: the wallet holds {shown}, below the minimum ¥{self.min_balance:,.2f}"
-                    " for creating (at zero AutoDL keeps instances, unusable) — top up, or lower "
-                    "[providers.autodl] min_balance", kind="balance")
+                held = Deferred(N_("unknown")) if have is None else f"¥{have:,.2f}"
+                raise AutoDLError(Deferred(
+                    N_("autodl: the wallet holds {held}, below the minimum {minimum} for "
+                       "creating (at zero AutoDL keeps instances, unusable) — top up, or lower "
+                       "[providers.autodl] min_balance"),
+                    held=held, minimum=f"¥{self.min_balance:,.2f}"), kind="balance")
 
     def start_command(self, release_at: datetime | None) -> str:
         """Run at every boot: arm the on-instance power-off for the deadline (layer 1)."""
@@ -597,18 +617,19 @@ class AutoDLProvider(Provider):
         command = self.start_command(release_at)
         if command:
             body["start_command"] = command
-        what = f"creating a {PRO_SPECS[spec][2]} instance"
+        what = Deferred(N_("creating a {spec} instance"), spec=PRO_SPECS[spec][2])
         try:
             data = await self._call("POST", "/instance/pro/create", what, body=body, once=True)
             uuid = str(data) if isinstance(data, str) and data else None
             if uuid is None:
-                raise _Ambiguous(AutoDLError(f"autodl: {what}: the answer named no instance"))
+                raise _Ambiguous(AutoDLError(Deferred(
+                    N_("autodl: {what}: the answer named no instance"), what=what)))
         except _Ambiguous as amb:
             uuid = await self._find_after_ambiguous(instance.id, amb.error)
         return instance.model_copy(update={
             "provider_id": uuid,
             "status": InstanceStatus.BOOTING,
-            "status_detail": "creating at AutoDL",
+            "status_detail": Deferred(N_("creating at AutoDL")),
             "billing": instance.billing.model_copy(update={"currency": CURRENCY}),
         })
 
@@ -620,16 +641,18 @@ class AutoDLProvider(Provider):
             try:
                 found = await self.find(our_id=our_id)
             except AutoDLError as exc:
-                raise AutoDLError(
-                    f"{error}, and looking for it failed too ({str(exc).removeprefix('autodl: ')})"
-                    "; it may exist: gputui keeps looking for it by name", retryable=True,
-                    outcome_unknown=True) from None
+                raise AutoDLError(Deferred(
+                    N_("{error}, and looking for it failed too ({reason}); it may exist: gputui "
+                       "keeps looking for it by name"),
+                    error=str(error), reason=without_prefix(str(exc), "autodl: ")),
+                    retryable=True, outcome_unknown=True) from None
             if found is not None:
                 log.info("autodl: create answer lost; found %s by its name", found.get("uuid"))
                 return str(found["uuid"])
-        raise AutoDLError(f"{error}; no instance carries its name yet — not created again; "
-                          "gputui keeps looking for it by name", retryable=True,
-                          outcome_unknown=True)
+        raise AutoDLError(Deferred(
+            N_("{error}; no instance carries its name yet — not created again; gputui keeps "
+               "looking for it by name"), error=str(error)),
+            retryable=True, outcome_unknown=True)
 
     async def boot(self, instance: Instance) -> Instance:
         """Wait for `running`, read the live price, then for sshd to accept (it comes after).
@@ -653,12 +676,13 @@ class AutoDLProvider(Provider):
                     inst = await self._apply(instance, item, seen_before_running)
                     return await self._wait_ssh(inst)
                 if last in ("failed", "released", "releasing"):
-                    raise await self._boot_failed(instance, f"AutoDL reports it {last} while it "
-                                                  "booted")
+                    raise await self._boot_failed(instance, Deferred(
+                        N_("AutoDL reports it {status} while it booted"), status=last))
                 seen_before_running = utcnow()
             if time.monotonic() >= deadline:
-                raise await self._boot_failed(
-                    instance, f"still {clean(last, 30)} after {self.boot_timeout / 60:g} min")
+                raise await self._boot_failed(instance, Deferred(
+                    N_("still {status} after {minutes} min"), status=clean(last, 30),
+                    minutes=f"{self.boot_timeout / 60:g}"))
             await asyncio.sleep(self.poll_interval)
 
     async def _wait_ssh(self, inst: Instance) -> Instance:
@@ -667,7 +691,7 @@ class AutoDLProvider(Provider):
         the user decides)."""
         deadline = time.monotonic() + self.ssh_timeout
         gap = self.ssh_first_wait
-        why = "no answer"
+        why: str = Deferred(N_("no answer"))
         while True:
             try:
                 endpoint, _ = await self._endpoint(inst)
@@ -679,21 +703,25 @@ class AutoDLProvider(Provider):
                     return inst.model_copy(update={"ssh": endpoint, "status_detail": None})
             if time.monotonic() >= deadline:
                 return inst.model_copy(update={
-                    "status_detail": f"running, but sshd does not answer yet ({clean(why, 60)})"})
+                    "status_detail": Deferred(
+                        N_("running, but sshd does not answer yet ({reason})"),
+                        reason=why if isinstance(why, Deferred) else clean(why, 60))})
             await asyncio.sleep(min(gap, max(0.0, deadline - time.monotonic())))
             gap = min(gap * 2, 30.0)
 
     async def _boot_failed(self, instance: Instance, why: str) -> ProviderError:
-        why = why.removeprefix("autodl: ")
+        why = without_prefix(why, "autodl: ")
         try:
             await self.release(instance)
         except ProviderError as exc:
-            return ProviderError(
-                f"autodl: {instance.name}: {why}; releasing it FAILED "
-                f"({str(exc).removeprefix('autodl: ')}) — release instance {instance.provider_id}"
-                " in the AutoDL console, it may bill until then")
-        return ProviderError(f"autodl: {instance.name}: {why}; it was released so it does not "
-                             "bill")
+            return ProviderError(Deferred(
+                N_("autodl: {name}: {why}; releasing it FAILED ({reason}) — release instance "
+                   "{id} in the AutoDL console, it may bill until then"),
+                name=instance.name, why=why, reason=without_prefix(str(exc), "autodl: "),
+                id=instance.provider_id))
+        return ProviderError(Deferred(
+            N_("autodl: {name}: {why}; it was released so it does not bill"),
+            name=instance.name, why=why))
 
     # -- the view ------------------------------------------------------------------------------------
 
@@ -704,7 +732,8 @@ class AutoDLProvider(Provider):
             if found is None:
                 if utcnow() - instance.created_at > timedelta(minutes=15):
                     failed = instance.model_copy(update={
-                        "status_detail": "never created at AutoDL (no instance carries its name)"})
+                        "status_detail": Deferred(
+                            N_("never created at AutoDL (no instance carries its name)"))})
                     failed.mark_ended(utcnow(), "failed")
                     return failed
                 return instance
@@ -712,7 +741,8 @@ class AutoDLProvider(Provider):
             return await self._apply(instance, found)
         item = await self.find(uuid=uuid)
         if item is None:
-            return self._ended(instance, "gone at AutoDL (no longer listed)", utcnow())
+            return self._ended(instance, Deferred(N_("gone at AutoDL (no longer listed)")),
+                               utcnow())
         return await self._apply(instance, item)
 
     async def _apply(self, instance: Instance, item: Mapping[str, Any],
@@ -725,13 +755,15 @@ class AutoDLProvider(Provider):
         now = utcnow()
         if status in ("released", "releasing"):
             at = stopped or now
-            return self._ended(inst, f"{status} at AutoDL", at)
+            return self._ended(inst, Deferred(N_("{status} at AutoDL"), status=status), at)
         if status == "failed":
             if inst.running_since is None and inst.billed_running_seconds == 0:
-                failed = inst.model_copy(update={"status_detail": "failed at AutoDL"})
+                failed = inst.model_copy(update={
+                    "status_detail": Deferred(N_("{status} at AutoDL"), status=status)})
                 failed.mark_ended(now, "failed")
                 return failed
-            inst.status_detail = "AutoDL reports it failed (check it in the console)"
+            inst.status_detail = Deferred(
+                N_("AutoDL reports it failed (check it in the console)"))
             return inst
         if status == "running":
             if inst.running_since is None:
@@ -749,10 +781,11 @@ class AutoDLProvider(Provider):
         if status in ("creating", "starting"):
             if inst.running_since is None:  # (a stopped one powered on again starts over)
                 inst.status = InstanceStatus.BOOTING
-            inst.status_detail = f"{status} at AutoDL"
+            inst.status_detail = Deferred(N_("{status} at AutoDL"), status=status)
             return inst
         if status == "shutting_down":
-            inst.status_detail = "shutting down (the GPU charge stops at shutdown)"
+            inst.status_detail = Deferred(
+                N_("shutting down (the GPU charge stops at shutdown)"))
             if inst.status == InstanceStatus.REQUESTED:
                 inst.status = InstanceStatus.BOOTING
             return inst
@@ -766,7 +799,8 @@ class AutoDLProvider(Provider):
             inst.status_detail = None
             return inst
         # A status gputui does not know: kept, never fatal.
-        inst.status_detail = f"AutoDL status {clean(status, 30)!r} (unknown to gputui)"
+        inst.status_detail = Deferred(N_("AutoDL status {status} (unknown to gputui)"),
+                                      status=repr(clean(status, 30)))
         return inst
 
     async def _read_price(self, inst: Instance) -> None:
@@ -801,17 +835,19 @@ class AutoDLProvider(Provider):
         """(endpoint, root password) from the snapshot, read now."""
         uuid = inst.provider_id
         if not uuid:
-            raise AutoDLError(f"autodl: {inst.name}: not created yet")
+            raise AutoDLError(Deferred(N_("autodl: {name}: not created yet"), name=inst.name))
         snap = await self.snapshot(uuid)
         host = str(snap.get("proxy_host") or "").strip()
         port = snap.get("ssh_port")
         if not host or not isinstance(port, int | str) or not str(port).isdigit():
             m = re.search(r"-p\s+(\d+)\s+\S+@(\S+)", str(snap.get("ssh_command") or ""))
             if not m:
-                raise AutoDLError(f"autodl: {inst.name}: the snapshot has no SSH endpoint yet")
+                raise AutoDLError(Deferred(
+                    N_("autodl: {name}: the snapshot has no SSH endpoint yet"), name=inst.name))
             port, host = m.group(1), m.group(2)
         if not re.fullmatch(r"[A-Za-z0-9.:-]{1,253}", host):
-            raise AutoDLError(f"autodl: {inst.name}: the snapshot's host is not a host name")
+            raise AutoDLError(Deferred(
+                N_("autodl: {name}: the snapshot's host is not a host name"), name=inst.name))
         password = str(snap.get("root_password") or "")
         return SSHEndpoint(host=host, port=int(port), user=SSH_USER), password
 
@@ -848,11 +884,13 @@ class AutoDLProvider(Provider):
         `shutdown`."""
         uuid = instance.provider_id
         if not uuid:
-            raise AutoDLError(f"autodl: {instance.name}: not created yet")
+            raise AutoDLError(Deferred(N_("autodl: {name}: not created yet"),
+                                       name=instance.name))
         status = await self.status(uuid)
         if status not in ("shutting_down", "shutdown"):
             try:
-                await self._call("POST", "/instance/pro/power_off", f"powering off {uuid}",
+                await self._call("POST", "/instance/pro/power_off",
+                                 Deferred(N_("powering off {id}"), id=uuid),
                                  body={"instance_uuid": uuid})
             except AutoDLError as exc:
                 if exc.kind == "auth":
@@ -868,16 +906,19 @@ class AutoDLProvider(Provider):
         """Power on with GPUs (re-arming the on-instance timer), then wait for `running` and sshd."""
         uuid = instance.provider_id
         if not uuid:
-            raise AutoDLError(f"autodl: {instance.name}: not created yet")
+            raise AutoDLError(Deferred(N_("autodl: {name}: not created yet"),
+                                       name=instance.name))
         body: dict[str, Any] = {"instance_uuid": uuid, "payload": "gpu"}
         command = self.start_command(release_at)
         if command:
             body["start_command"] = command
         status = await self.status(uuid)
         if status not in ("starting", "running"):
-            await self._call("POST", "/instance/pro/power_on", f"powering on {uuid}", body=body)
+            await self._call("POST", "/instance/pro/power_on",
+                             Deferred(N_("powering on {id}"), id=uuid), body=body)
         inst = instance.model_copy(update={"status": InstanceStatus.BOOTING,
-                                           "status_detail": "starting at AutoDL", "ssh": None})
+                                           "status_detail": Deferred(N_("starting at AutoDL")),
+                                           "ssh": None})
         return await self.boot(inst)
 
     async def _wait_for(self, instance: Instance, wanted: str, timeout: float) -> Instance:
@@ -885,13 +926,15 @@ class AutoDLProvider(Provider):
         while True:
             item = await self.find(uuid=instance.provider_id)
             if item is None:
-                return self._ended(instance, "gone at AutoDL", utcnow())
+                return self._ended(instance, Deferred(N_("gone at AutoDL")), utcnow())
             inst = await self._apply(instance, item)
             if str(item.get("status")) == wanted or not inst.status.live:
                 return inst
             if time.monotonic() >= deadline:
-                raise AutoDLError(f"autodl: {instance.name}: still {clean(item.get('status'), 30)}"
-                                  f" after {timeout:g} s (wanted {wanted})", retryable=True)
+                raise AutoDLError(Deferred(
+                    N_("autodl: {name}: still {status} after {seconds} s (wanted {wanted})"),
+                    name=instance.name, status=clean(item.get("status"), 30),
+                    seconds=f"{timeout:g}", wanted=wanted), retryable=True)
             await asyncio.sleep(self.poll_interval)
 
     async def release(self, instance: Instance) -> None:
@@ -911,7 +954,8 @@ class AutoDLProvider(Provider):
         if item.get("status") != "shutdown":
             await self.stop(instance)
         try:
-            await self._call("POST", "/instance/pro/release", f"releasing {uuid}",
+            await self._call("POST", "/instance/pro/release",
+                             Deferred(N_("releasing {id}"), id=uuid),
                              body={"instance_uuid": uuid})
         except AutoDLError as exc:
             if exc.kind == "auth":
@@ -921,8 +965,9 @@ class AutoDLProvider(Provider):
                 raise
         item = await self.find(uuid=uuid)
         if item is not None and item.get("status") not in ("released", "releasing"):
-            raise AutoDLError(f"autodl: release of {uuid} was accepted but it still shows "
-                              f"{clean(item.get('status'), 30)}", retryable=True)
+            raise AutoDLError(Deferred(
+                N_("autodl: release of {id} was accepted but it still shows {status}"),
+                id=uuid, status=clean(item.get("status"), 30)), retryable=True)
         self._forget_host_key(instance)
 
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
@@ -937,7 +982,7 @@ async def _ssh_banner(host: str, port: int, timeout: float) -> tuple[bool, str]:
         return False, type(exc).__name__
     try:
         line = await asyncio.wait_for(reader.readline(), timeout)
-        return line.startswith(b"SSH-"), "no SSH banner"
+        return line.startswith(b"SSH-"), Deferred(N_("no SSH banner"))
     except (OSError, TimeoutError) as exc:
         return False, type(exc).__name__
     finally:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, Field
 
 from gputui.errors import GputuiError
+from gputui.i18n import N_, Deferred
 from gputui.models import Instance, Offer, SSHEndpoint
 
 if TYPE_CHECKING:
@@ -145,12 +146,14 @@ class Provider:
     async def stop(self, instance: Instance) -> Instance:
         """Power off keeping the disk (`capabilities.stop_start`): compute billing stops,
         storage goes on. Returns the instance as the provider then shows it."""
-        raise ProviderError(f"{instance.provider}: cannot stop and start instances")
+        raise ProviderError(Deferred(N_("{provider}: cannot stop and start instances"),
+                                     provider=instance.provider))
 
     async def start(self, instance: Instance, release_at: datetime | None = None) -> Instance:
         """Power a stopped instance on again (`capabilities.stop_start`); `release_at` is the
         lease's deadline, for providers that arm a timer on the instance at boot."""
-        raise ProviderError(f"{instance.provider}: cannot stop and start instances")
+        raise ProviderError(Deferred(N_("{provider}: cannot stop and start instances"),
+                                     provider=instance.provider))
 
     async def check_request(self, request: CreateRequest) -> None:
         """Refuse (ProviderError) what the provider would refuse, before anything is recorded
@@ -162,7 +165,8 @@ class Provider:
 
     async def account(self) -> dict[str, Any]:
         """The provider's wallet (`capabilities.account`)."""
-        raise ProviderError(f"{self.name}: has no account balance to read")
+        raise ProviderError(Deferred(N_("{provider}: has no account balance to read"),
+                                     provider=self.name))
 
     async def find_tagged(self, our_id: str) -> dict[str, Any] | None:
         """The provider's instance launched for our record `our_id`, if any

@@ -59,6 +59,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.config import LAMBDA_KEY_ENV
+from gputui.errors import os_reason, said, without_prefix
+from gputui.i18n import N_, Deferred
 from gputui.models import (
     BillingRule,
     Granularity,
@@ -119,7 +121,8 @@ class ApiKey:
     def __init__(self, value: str) -> None:
         value = value.strip()
         if not value or any(c.isspace() or ord(c) < 32 for c in value):
-            raise ValueError("an API key is one word with no spaces or control characters")
+            raise ValueError(Deferred(
+                N_("an API key is one word with no spaces or control characters")))
         self._value = value
 
     def reveal(self) -> str:
@@ -171,7 +174,8 @@ def resolve_key(
     try:
         return ApiKey(raw), source, warnings
     except ValueError as exc:
-        warnings.append(f"lambda: the API key in {source} is unusable: {exc}")
+        warnings.append(Deferred(N_("lambda: the API key in {source} is unusable: {reason}"),
+                                 source=source, reason=said(exc)))
         return None, "", warnings
 
 
@@ -185,8 +189,9 @@ def _key_file_warnings(path: Path | None) -> list[str]:
     except OSError:
         return []
     if mode & 0o077:
-        return [f"lambda: {path} holds the Lambda API key but is readable by others "
-                f"(mode {mode:04o}); run: chmod 600 {path}"]
+        return [Deferred(N_("lambda: {path} holds the Lambda API key but is readable by others "
+                            "(mode {mode}); run: chmod 600 {path}"),
+                         path=path, mode=f"{mode:04o}")]
     return []
 
 
@@ -194,7 +199,7 @@ def normalise_base_url(url: str) -> str:
     """The API root ending in /api/v1 (a bare host gets it appended)."""
     url = url.strip().rstrip("/")
     if not re.match(r"^https?://", url):
-        raise ValueError(f"{url!r} is not an http(s) URL")
+        raise ValueError(Deferred(N_("{url} is not an http(s) URL"), url=repr(url)))
     rest = url.split("://", 1)[1]
     if "/" not in rest:
         url += "/api/v1"
@@ -250,7 +255,7 @@ class LambdaApiError(ProviderError):
 
 
 def _bare(exc: Exception) -> str:
-    return str(exc).removeprefix("lambda: ")
+    return without_prefix(str(exc), "lambda: ")
 
 
 class _Ambiguous(Exception):
@@ -261,40 +266,48 @@ class _Ambiguous(Exception):
         self.error = error
 
 
+# Lambda's error codes in our words (templates: {dashboard} and {env} are filled in).
 _FRIENDLY = {
     "global/invalid-api-key": (
-        f"the API key was refused (invalid, expired or deleted) — make one at {KEY_DASHBOARD} "
-        f"and set {ENV_KEY}", False),
+        N_("the API key was refused (invalid, expired or deleted) — make one at {dashboard} "
+           "and set {env}"), False),
     "global/account-inactive": (
-        "your Lambda account is inactive — verify your email address and add a payment method "
-        "in the Lambda dashboard", False),
-    "global/invalid-address": ("your billing address is invalid — fix it in the Lambda dashboard",
-                               False),
-    "global/forbidden": ("forbidden — this API key may not do that", True),
+        N_("your Lambda account is inactive — verify your email address and add a payment "
+           "method in the Lambda dashboard"), False),
+    "global/invalid-address": (
+        N_("your billing address is invalid — fix it in the Lambda dashboard"), False),
+    "global/forbidden": (N_("forbidden — this API key may not do that"), True),
     "instance-operations/launch/insufficient-capacity": (
-        "no capacity for that instance type in that region right now — try another region or GPU",
-        False),
+        N_("no capacity for that instance type in that region right now — try another region "
+           "or GPU"), False),
     "global/quota-exceeded": (
-        "your account's instance quota is reached — terminate an instance or ask Lambda support "
-        "to raise it", False),
+        N_("your account's instance quota is reached — terminate an instance or ask Lambda "
+           "support to raise it"), False),
     "instance-operations/launch/file-system-in-wrong-region": (
-        "the file system is in another region", True),
-    "global/object-does-not-exist": ("not found", True),
-    "global/not-found": ("not found", True),
-    "global/invalid-parameters": ("the request was refused as invalid", True),
-    "global/conflict": ("the instance is busy with another operation", True),
-    "global/duplicate": ("it already exists", True),
-    "global/internal-error": ("Lambda had an internal error", False),
+        N_("the file system is in another region"), True),
+    "global/object-does-not-exist": (N_("not found"), True),
+    "global/not-found": (N_("not found"), True),
+    "global/invalid-parameters": (N_("the request was refused as invalid"), True),
+    "global/conflict": (N_("the instance is busy with another operation"), True),
+    "global/duplicate": (N_("it already exists"), True),
+    "global/internal-error": (N_("Lambda had an internal error"), False),
 }
 
 _BY_STATUS = {
-    400: "the request was refused",
-    401: f"the API key was refused — make one at {KEY_DASHBOARD} and set {ENV_KEY}",
-    403: "forbidden — the account or key may not do that",
-    404: "not found",
-    409: "conflict with the instance's current state",
-    429: "rate limited by Lambda (HTTP 429)",
+    400: N_("the request was refused"),
+    401: N_("the API key was refused — make one at {dashboard} and set {env}"),
+    403: N_("forbidden — the account or key may not do that"),
+    404: N_("not found"),
+    409: N_("conflict with the instance's current state"),
+    429: N_("rate limited by Lambda (HTTP 429)"),
 }
+
+
+def _said(template: str) -> Deferred:
+    """One of the texts above, its links filled in."""
+    params = {k: v for k, v in (("dashboard", KEY_DASHBOARD), ("env", ENV_KEY))
+              if "{" + k + "}" in template}
+    return Deferred(template, **params)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -350,7 +363,8 @@ class LambdaProvider(Provider):
             try:
                 self._key: ApiKey | None = ApiKey(api_key)
             except ValueError as exc:
-                raise ProviderError(f"lambda: unusable API key: {exc}") from None
+                raise ProviderError(Deferred(N_("lambda: unusable API key: {reason}"),
+                                             reason=said(exc))) from None
             self.key_source = "given"
         else:
             self._key, self.key_source, self.warnings = resolve_key(ctx.config, env, config_file)
@@ -360,7 +374,8 @@ class LambdaProvider(Provider):
         try:
             self.base_url = normalise_base_url(raw_base)
         except ValueError as exc:
-            raise ProviderError(f"lambda: base_url: {exc}") from None
+            raise ProviderError(Deferred(N_("lambda: base_url: {reason}"),
+                                         reason=said(exc))) from None
         self.key_path = Path(key_path) if key_path else ctx.state_dir / "lambda" / "id_ed25519"
         self.ssh_port = ssh_port
         self.timeout = timeout
@@ -389,8 +404,8 @@ class LambdaProvider(Provider):
     def key_hint(self) -> str:
         """What a screen may show about the key: masked, and where it came from."""
         if self._key is None:
-            return f"no API key (set {ENV_KEY})"
-        return f"{self._key.masked} from {self.key_source}"
+            return Deferred(N_("no API key (set {env})"), env=ENV_KEY)
+        return Deferred(N_("{key} from {source}"), key=self._key.masked, source=self.key_source)
 
     def _scrub(self, text: str) -> str:
         return self._key.scrub(text) if self._key else text
@@ -403,9 +418,10 @@ class LambdaProvider(Provider):
         loop = asyncio.get_running_loop()
         if self._client is None or self._client.is_closed or self._client_loop is not loop:
             if self._key is None:
-                raise ProviderError(
-                    f"lambda: no API key — set {ENV_KEY}, or api_key under [providers.lambda] "
-                    f"in config.toml (mode 0600); make one at {KEY_DASHBOARD}")
+                raise ProviderError(Deferred(
+                    N_("lambda: no API key — set {env}, or api_key under [providers.lambda] in "
+                       "config.toml (mode 0600); make one at {dashboard}"),
+                    env=ENV_KEY, dashboard=KEY_DASHBOARD))
             key = self._key
 
             class _Bearer(httpx.Auth):
@@ -458,12 +474,13 @@ class LambdaProvider(Provider):
             try:
                 resp = await client.request(method, path, json=body)
             except httpx.TimeoutException:
-                err: LambdaApiError = LambdaApiError(
-                    f"lambda: {what}: no answer within {self.timeout:g} s", retryable=True)
+                err: LambdaApiError = LambdaApiError(Deferred(
+                    N_("lambda: {what}: no answer within {seconds} s"), what=what,
+                    seconds=f"{self.timeout:g}"), retryable=True)
             except httpx.TransportError as exc:
-                err = LambdaApiError(
-                    f"lambda: {what}: cannot reach {self.base_url} ({type(exc).__name__})",
-                    retryable=True)
+                err = LambdaApiError(Deferred(
+                    N_("lambda: {what}: cannot reach {url} ({reason})"), what=what,
+                    url=self.base_url, reason=type(exc).__name__), retryable=True)
             else:
                 log.debug("%s %s -> %s", method, path, resp.status_code)
                 if 200 <= resp.status_code < 300:
@@ -471,9 +488,10 @@ class LambdaProvider(Provider):
                         payload = resp.json()
                         return payload["data"]
                     except (ValueError, KeyError, TypeError):
-                        err = LambdaApiError(
-                            f"lambda: {what}: unexpected answer (HTTP {resp.status_code}, not the "
-                            "documented {\"data\": …})", status=resp.status_code, retryable=True)
+                        err = LambdaApiError(Deferred(
+                            N_("lambda: {what}: unexpected answer (HTTP {status}, not the "
+                               "documented {data})"), what=what, status=resp.status_code,
+                            data='{"data": …}'), status=resp.status_code, retryable=True)
                 else:
                     err = self._api_error(resp.status_code, resp.content, what,
                                           _retry_after(resp.headers.get("Retry-After")))
@@ -484,8 +502,9 @@ class LambdaProvider(Provider):
                 raise _Ambiguous(err)
             if attempt >= self.max_attempts:
                 if err.status == 429:
-                    err = LambdaApiError(
-                        f"{err} — still refused after {attempt} tries; wait a minute and retry",
+                    err = LambdaApiError(Deferred(
+                        N_("{error} — still refused after {tries} tries; wait a minute and "
+                           "retry"), error=str(err), tries=attempt),
                         status=429, code=err.code, retryable=True)
                 raise err from None
             delay = self._delay(attempt, retry_after)
@@ -506,24 +525,27 @@ class LambdaProvider(Provider):
                 message = err.get("message") if isinstance(err.get("message"), str) else None
                 suggestion = err.get("suggestion") if isinstance(err.get("suggestion"), str) else None
         transient = status == 429 or status >= 500 or bool(code and code.startswith("provider/"))
+        text: Deferred
         if code in _FRIENDLY:
-            text, add_message = _FRIENDLY[code]
+            text, add_message = _said(_FRIENDLY[code][0]), _FRIENDLY[code][1]
         elif code and code.startswith("provider/"):
-            text, add_message = "Lambda's upstream provider failed", True
+            text, add_message = Deferred(N_("Lambda's upstream provider failed")), True
         elif status in _BY_STATUS:
-            text, add_message = _BY_STATUS[status], True
+            text, add_message = _said(_BY_STATUS[status]), True
         elif status >= 500:
-            text, add_message = f"Lambda answered HTTP {status}", True
+            text, add_message = Deferred(N_("Lambda answered HTTP {status}"), status=status), True
         else:
-            text, add_message = f"HTTP {status}", True
-        line = f"lambda: {what}: {text}"
+            text, add_message = Deferred(N_("HTTP {status}"), status=status), True
+        # Lambda's own words (message, suggestion) follow ours, as they came (scrubbed).
+        more = ""
         if add_message and message and message.strip().rstrip(".").lower() not in text.lower():
-            line += f": {message.strip().rstrip('.')}"
+            more += f": {message.strip().rstrip('.')}"
         if suggestion and "—" not in text:  # ours already says what to do
-            line += f" ({suggestion.strip().rstrip('.')})"
+            more += f" ({suggestion.strip().rstrip('.')})"
         if status == 429 or (status >= 500 and code is None):
-            line += f" [HTTP {status}]" if str(status) not in line else ""
-        line = self._scrub(" ".join(line.split()))[:400]
+            more += f" [HTTP {status}]" if str(status) not in f"{what}{text}{more}" else ""
+        more = self._scrub(" ".join(more.split()))[:300]
+        line = Deferred(N_("lambda: {what}: {text}{more}"), what=what, text=text, more=more)
         return LambdaApiError(line, status=status, code=code, retryable=transient,
                               retry_after=retry_after)
 
@@ -536,9 +558,11 @@ class LambdaProvider(Provider):
     # -- offers -------------------------------------------------------------------------------------
 
     async def instance_types(self) -> dict[str, Any]:
-        data = await self._request("GET", "/instance-types", "listing instance types")
+        data = await self._request("GET", "/instance-types",
+                                   Deferred(N_("listing instance types")))
         if not isinstance(data, dict):
-            raise ProviderError("lambda: listing instance types: unexpected answer (not a map)")
+            raise ProviderError(Deferred(
+                N_("lambda: listing instance types: unexpected answer (not a map)")))
         return data
 
     async def offers(self) -> list[Offer]:
@@ -586,7 +610,8 @@ class LambdaProvider(Provider):
         try:
             return ensure_keypair(self.key_path, comment="gputui-lambda")
         except OSError as exc:
-            raise ProviderError(f"lambda: cannot use the SSH key {self.key_path}: {exc.strerror}") from None
+            raise ProviderError(Deferred(N_("lambda: cannot use the SSH key {path}: {reason}"),
+                                         path=self.key_path, reason=os_reason(exc))) from None
 
     async def ensure_ssh_key(self) -> str:
         """The name under which Lambda holds our public key, uploading it if it is not there."""
@@ -594,7 +619,7 @@ class LambdaProvider(Provider):
             return self._key_name
         _, public = self.client_key()
         mine = public.split()[:2]
-        keys = await self._request("GET", "/ssh-keys", "listing SSH keys")
+        keys = await self._request("GET", "/ssh-keys", Deferred(N_("listing SSH keys")))
         names = set()
         for entry in keys or []:
             names.add(entry.get("name"))
@@ -607,7 +632,7 @@ class LambdaProvider(Provider):
         while name in names:
             n += 1
             name = f"gputui-{digest}-{n}"
-        added = await self._request("POST", "/ssh-keys", "adding gputui's SSH key",
+        added = await self._request("POST", "/ssh-keys", Deferred(N_("adding gputui's SSH key")),
                                     body={"name": name, "public_key": public})
         self._key_name = str(added.get("name") or name)
         return self._key_name
@@ -620,7 +645,9 @@ class LambdaProvider(Provider):
         types = await self.instance_types()
         item = types.get(type_name)
         if item is None:
-            raise ProviderError(f"lambda: no instance type {type_name!r} (it may have been retired)")
+            raise ProviderError(Deferred(
+                N_("lambda: no instance type {name} (it may have been retired)"),
+                name=repr(type_name)))
         it = item["instance_type"]
         if int(it["specs"]["gpus"]) != request.gpu_count:
             desc = it.get("gpu_description")
@@ -630,14 +657,15 @@ class LambdaProvider(Provider):
                      if int(v["instance_type"]["specs"]["gpus"]) == request.gpu_count]
             if not match:
                 counts = sorted({int(v["instance_type"]["specs"]["gpus"]) for v in same.values()})
-                raise ProviderError(
-                    f"lambda: {desc} comes with {', '.join(map(str, counts))} GPU(s) per instance, "
-                    f"not {request.gpu_count}")
+                raise ProviderError(Deferred(
+                    N_("lambda: {gpu} comes with {counts} GPU(s) per instance, not {count}"),
+                    gpu=desc, counts=", ".join(map(str, counts)), count=request.gpu_count))
             type_name = match[0]
             item, it = types[type_name], types[type_name]["instance_type"]
         regions = [r["name"] for r in item.get("regions_with_capacity_available") or []]
         if not regions:
-            raise ProviderError(f"lambda: {type_name} is sold out in every region right now")
+            raise ProviderError(Deferred(
+                N_("lambda: {name} is sold out in every region right now"), name=type_name))
         region = next((r for r in (wanted_region, instance.region) if r and r in regions), regions[0])
         key_name = await self.ensure_ssh_key()
         body: dict[str, Any] = {
@@ -650,7 +678,8 @@ class LambdaProvider(Provider):
         if request.image:
             body["image"] = {"family": request.image}
         launched_at = utcnow()
-        pid = await self._launch(body, instance.id, f"launching {type_name} in {region}")
+        pid = await self._launch(body, instance.id, Deferred(
+            N_("launching {name} in {region}"), name=type_name, region=region))
         self._seen_booting[pid] = launched_at
         price = Decimal(int(it["price_cents_per_hour"])) / 100
         return instance.model_copy(update={
@@ -660,7 +689,7 @@ class LambdaProvider(Provider):
             "gpu_count": int(it["specs"]["gpus"]),
             "billing": instance.billing.model_copy(update={"price_per_hour": price}),
             "status": InstanceStatus.BOOTING,
-            "status_detail": f"booting in {region}",
+            "status_detail": Deferred(N_("booting in {region}"), region=region),
         })
 
     async def _launch(self, body: dict[str, Any], tag: str, what: str) -> str:
@@ -677,9 +706,10 @@ class LambdaProvider(Provider):
                 try:
                     found = await self.find_tagged(tag)
                 except ProviderError as exc:  # cannot tell: launching again could make two
-                    raise ProviderError(
-                        f"{amb.error}, and looking for it failed too ({_bare(exc)}); it may have "
-                        "launched: gputui keeps looking for it by its tag", retryable=True,
+                    raise ProviderError(Deferred(
+                        N_("{error}, and looking for it failed too ({reason}); it may have "
+                           "launched: gputui keeps looking for it by its tag"),
+                        error=str(amb.error), reason=_bare(exc)), retryable=True,
                         outcome_unknown=True) from None
                 if found is not None:
                     log.info("lambda: launch answer lost, found instance %s by its tag", found["id"])
@@ -687,16 +717,18 @@ class LambdaProvider(Provider):
                 continue
             ids = data.get("instance_ids") if isinstance(data, dict) else None
             if not ids:
-                raise ProviderError(f"lambda: {what}: the answer named no instance")
+                raise ProviderError(Deferred(N_("lambda: {what}: the answer named no instance"),
+                                             what=what))
             return str(ids[0])
         assert last is not None
         # Lambda's listing may lag a launch it has accepted: keep looking rather than forget it.
-        raise ProviderError(f"{last} — gave up after {self.max_attempts} tries; if one of them "
-                            "launched after all, gputui will find it by its tag", retryable=True,
-                            outcome_unknown=True)
+        raise ProviderError(Deferred(
+            N_("{error} — gave up after {tries} tries; if one of them launched after all, "
+               "gputui will find it by its tag"), error=str(last), tries=self.max_attempts),
+            retryable=True, outcome_unknown=True)
 
     async def list_instances(self) -> list[dict[str, Any]]:
-        data = await self._request("GET", "/instances", "listing instances")
+        data = await self._request("GET", "/instances", Deferred(N_("listing instances")))
         return list(data or [])
 
     async def find_tagged(self, our_id: str) -> dict[str, Any] | None:
@@ -709,7 +741,7 @@ class LambdaProvider(Provider):
 
     async def get_instance(self, provider_id: str) -> dict[str, Any]:
         return await self._request("GET", f"/instances/{provider_id}",
-                                   f"reading instance {provider_id}")
+                                   Deferred(N_("reading instance {id}"), id=provider_id))
 
     async def boot(self, instance: Instance) -> Instance:
         """Poll until the instance is `active` with an ip. One that fails to boot is
@@ -724,8 +756,9 @@ class LambdaProvider(Provider):
                 data = await self.get_instance(pid)
             except LambdaApiError as exc:
                 if exc.not_found:
-                    raise ProviderError(f"lambda: {instance.name}: instance {pid} disappeared "
-                                        "while booting") from None
+                    raise ProviderError(Deferred(
+                        N_("lambda: {name}: instance {id} disappeared while booting"),
+                        name=instance.name, id=pid)) from None
                 if not exc.retryable:
                     raise await self._boot_failed(instance, str(exc)) from None
             else:
@@ -733,25 +766,29 @@ class LambdaProvider(Provider):
                 if status == "active" and data.get("ip"):
                     return self._apply(instance, data, asked)
                 if status in _ENDED:
-                    raise ProviderError(f"lambda: {instance.name}: Lambda ended instance {pid} "
-                                        f"while it booted ({status})")
+                    raise ProviderError(Deferred(
+                        N_("lambda: {name}: Lambda ended instance {id} while it booted "
+                           "({status})"), name=instance.name, id=pid, status=status))
                 if status == "booting":
                     self._seen_booting[pid] = asked  # Lambda saw it booting after this
             if time.monotonic() >= deadline:
-                raise await self._boot_failed(
-                    instance, f"still {status} after {self.boot_timeout / 60:g} min")
+                raise await self._boot_failed(instance, Deferred(
+                    N_("still {status} after {minutes} min"), status=status,
+                    minutes=f"{self.boot_timeout / 60:g}"))
             await asyncio.sleep(self.poll_interval)
 
     async def _boot_failed(self, instance: Instance, why: str) -> ProviderError:
-        why = why.removeprefix("lambda: ")
+        why = without_prefix(why, "lambda: ")
         try:
             await self.release(instance)
         except ProviderError as exc:
-            return ProviderError(
-                f"lambda: {instance.name}: {why}; terminating it FAILED ({str(exc).removeprefix('lambda: ')})"
-                f" — terminate instance {instance.provider_id} in the Lambda dashboard, it bills "
-                "until then")
-        return ProviderError(f"lambda: {instance.name}: {why}; it was terminated so it does not bill")
+            return ProviderError(Deferred(
+                N_("lambda: {name}: {why}; terminating it FAILED ({reason}) — terminate instance "
+                   "{id} in the Lambda dashboard, it bills until then"),
+                name=instance.name, why=why, reason=_bare(exc), id=instance.provider_id))
+        return ProviderError(Deferred(
+            N_("lambda: {name}: {why}; it was terminated so it does not bill"),
+            name=instance.name, why=why))
 
     async def refresh(self, instance: Instance) -> Instance:
         """Lambda's view: status, ip, and the end of billing once it is terminating."""
@@ -763,7 +800,8 @@ class LambdaProvider(Provider):
             if found is None:
                 if utcnow() - instance.created_at > timedelta(minutes=15):
                     failed = instance.model_copy(update={
-                        "status_detail": "never launched at Lambda (no instance carries its tag)"})
+                        "status_detail": Deferred(
+                            N_("never launched at Lambda (no instance carries its tag)"))})
                     failed.mark_ended(utcnow(), "failed")
                     return failed
                 return instance
@@ -773,7 +811,7 @@ class LambdaProvider(Provider):
             data = await self.get_instance(pid)
         except LambdaApiError as exc:
             if exc.not_found:
-                return self._ended(instance, "gone at Lambda")
+                return self._ended(instance, Deferred(N_("gone at Lambda")))
             raise
         return self._apply(instance, data, asked)
 
@@ -784,7 +822,8 @@ class LambdaProvider(Provider):
         pid = str(data.get("id") or instance.provider_id)
         status = str(data.get("status"))
         if status in _ENDED:
-            detail = "preempted by Lambda" if status == "preempted" else f"{status} at Lambda"
+            detail = (Deferred(N_("preempted by Lambda")) if status == "preempted"
+                      else Deferred(N_("{status} at Lambda"), status=status))
             return self._ended(instance, detail)
         inst = instance.model_copy()
         ip = data.get("ip")
@@ -799,7 +838,7 @@ class LambdaProvider(Provider):
         if status == "booting" and inst.running_since is None:
             self._seen_booting[pid] = asked or utcnow()
             inst.status = InstanceStatus.BOOTING
-            inst.status_detail = "booting"
+            inst.status_detail = Deferred(N_("booting"))
             return inst
         # active, unhealthy, or booting again after a restart: billing runs either way
         if inst.running_since is None:
@@ -810,8 +849,8 @@ class LambdaProvider(Provider):
         inst.status = InstanceStatus.RUNNING
         inst.stopped_at = None
         inst.status_detail = {
-            "unhealthy": "Lambda reports it unhealthy (still billing)",
-            "booting": "restarting (still billing)",
+            "unhealthy": Deferred(N_("Lambda reports it unhealthy (still billing)")),
+            "booting": Deferred(N_("restarting (still billing)")),
         }.get(status)
         return inst
 
@@ -837,7 +876,8 @@ class LambdaProvider(Provider):
             pid = str(found["id"])
         try:
             data = await self._request("POST", "/instance-operations/terminate",
-                                       f"terminating instance {pid}", body={"instance_ids": [pid]})
+                                       Deferred(N_("terminating instance {id}"), id=pid),
+                                       body={"instance_ids": [pid]})
         except LambdaApiError as exc:
             if not exc.not_found:
                 raise
@@ -855,8 +895,9 @@ class LambdaProvider(Provider):
                     raise
                 status = "terminated"
         if status not in _ENDED:
-            raise ProviderError(f"lambda: terminate of {pid} was accepted but it still shows "
-                                f"{status}", retryable=True)
+            raise ProviderError(Deferred(
+                N_("lambda: terminate of {id} was accepted but it still shows {status}"),
+                id=pid, status=status), retryable=True)
         self._terminated_at.setdefault(pid, now)
         self._forget_host_key(instance)
 
@@ -871,8 +912,10 @@ class LambdaProvider(Provider):
         """`POST /instance-operations/restart` (a reboot; billing goes on)."""
         pid = instance.provider_id
         if not pid:
-            raise ProviderError(f"lambda: {instance.name}: not launched yet")
-        await self._request("POST", "/instance-operations/restart", f"restarting instance {pid}",
+            raise ProviderError(Deferred(N_("lambda: {name}: not launched yet"),
+                                         name=instance.name))
+        await self._request("POST", "/instance-operations/restart",
+                            Deferred(N_("restarting instance {id}"), id=pid),
                             body={"instance_ids": [pid]})
         return await self.refresh(instance)
 

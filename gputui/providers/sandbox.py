@@ -16,6 +16,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from gputui.errors import os_reason
+from gputui.i18n import N_, Deferred
 from gputui.models import (
     BillingRule,
     Granularity,
@@ -39,7 +41,7 @@ from gputui.sandbox.platform import PlatformRecord, kill_instance_processes
 
 __all__ = ["SandboxProvider", "sandbox_offers", "kill_instance_processes", "PlatformRecord"]
 
-LABEL = "sandbox (simulated)"
+LABEL = N_("sandbox (simulated)")
 STORAGE_PER_GB_MONTH = Decimal("0.10")
 GPU_COUNTS = (1, 2, 4, 8)
 LOCAL_HOST = "127.0.0.1"
@@ -81,7 +83,8 @@ class SandboxProvider(Provider):
         try:
             return ensure_keypair(self.root / "client_key", comment="gputui-sandbox-client")
         except OSError as exc:
-            raise ProviderError(f"sandbox: cannot use its key in {self.root}: {exc.strerror}") from None
+            raise ProviderError(Deferred(N_("sandbox: cannot use its key in {path}: {reason}"),
+                                         path=self.root, reason=os_reason(exc))) from None
 
     def read_record(self, instance_id: str) -> PlatformRecord:
         """The platform's books for one instance, as it last wrote them."""
@@ -91,9 +94,11 @@ class SandboxProvider(Provider):
         try:
             return PlatformRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
-            raise UnknownInstance(f"sandbox: no instance {instance_id} on the platform") from None
+            raise UnknownInstance(Deferred(N_("sandbox: no instance {id} on the platform"),
+                                           id=instance_id)) from None
         except (OSError, ValueError, TypeError) as exc:
-            raise ProviderError(f"sandbox: {path} is unreadable: {exc}") from None
+            raise ProviderError(Deferred(N_("sandbox: {path} is unreadable: {reason}"),
+                                         path=path, reason=str(exc))) from None
 
     async def _call(self, op: str, **args: Any) -> Any:
         if op != "status":
@@ -132,7 +137,7 @@ class SandboxProvider(Provider):
         for offer in sandbox_offers():
             if offer.offer_id == offer_id:
                 return offer
-        raise ProviderError(f"sandbox: no offer {offer_id!r}")
+        raise ProviderError(Deferred(N_("sandbox: no offer {offer}"), offer=repr(offer_id)))
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -211,7 +216,8 @@ class SandboxProvider(Provider):
                 inst.ended_at = datetime.fromisoformat(rec.terminated_at)
                 inst.end_reason = reason  # type: ignore[assignment]
                 if rec.terminated_by == "schedule":
-                    inst.status_detail = "terminated by the platform's scheduled release"
+                    inst.status_detail = Deferred(
+                        N_("terminated by the platform's scheduled release"))
         elif open_period is not None and inst.status in (
                 InstanceStatus.REQUESTED, InstanceStatus.BOOTING, InstanceStatus.STOPPED):
             inst.status = InstanceStatus.RUNNING
@@ -222,8 +228,9 @@ class SandboxProvider(Provider):
             if inst.status != InstanceStatus.RELEASING:
                 inst.status = InstanceStatus.STOPPED
             inst.stopped_at = off_at
-            how = "stopped" if rec.stopped_by == "user" else "powered off"
-            inst.status_detail = f"{how} at {off_at.astimezone():%H:%M:%S}"
+            inst.status_detail = Deferred(
+                N_("stopped at {time}") if rec.stopped_by == "user" else N_("powered off at {time}"),
+                time=f"{off_at.astimezone():%H:%M:%S}")
         return inst
 
     async def release(self, instance: Instance) -> None:

@@ -11,6 +11,7 @@ import time
 from datetime import datetime
 from decimal import Decimal
 
+from gputui.i18n import N_, Deferred
 from gputui.models import (
     BillingRule,
     Granularity,
@@ -33,7 +34,7 @@ POWER_OFF = "shutdown -h now || sudo -n shutdown -h now || poweroff"
 
 class SshProvider(Provider):
     name = "ssh"
-    label = "ssh (your own host)"
+    label = N_("ssh (your own host)")
     capabilities = Capabilities(scheduled_release=False, power_off_stops_billing=True,
                                 rentable=False)
 
@@ -50,7 +51,7 @@ class SshProvider(Provider):
         return []  # nothing to rent: hosts are added with `gputui add-ssh`
 
     async def create(self, request: CreateRequest, instance: Instance) -> Instance:
-        raise ProviderError("ssh: hosts are added, not created (use `gputui add-ssh`)")
+        raise ProviderError(Deferred(N_("ssh: hosts are added, not created (use `gputui add-ssh`)")))
 
     def describe(
         self, *, instance_id: str, name: str, endpoint: SSHEndpoint, gpu: str, gpu_count: int,
@@ -86,7 +87,8 @@ class SshProvider(Provider):
         from gputui.remote.ssh import CommandInterrupted, SSHLayerError
 
         if instance.ssh is None:
-            raise ProviderError(f"{instance.name}: no SSH endpoint to power off")
+            raise ProviderError(Deferred(N_("{name}: no SSH endpoint to power off"),
+                                         name=instance.name))
         link = self.ctx.links.get(instance.id, instance.ssh)
         try:
             result = await link.run(POWER_OFF, timeout=30, connect_timeout=20)
@@ -94,22 +96,24 @@ class SshProvider(Provider):
             return  # the command was running when the host went away: powered off
         except SSHLayerError as exc:
             # Never ran (or we cannot tell that it did): the host may still be billing.
-            raise ProviderError(f"{instance.name}: cannot power off: {exc}",
+            raise ProviderError(Deferred(N_("{name}: cannot power off: {reason}"),
+                                         name=instance.name, reason=str(exc)),
                                 retryable=True) from None
         if result.exit_status != 0:
             err = (result.stderr or result.stdout).strip().splitlines()
-            status = "no exit status" if result.exit_status is None else f"exit {result.exit_status}"
-            raise ProviderError(
-                f"{instance.name}: power-off refused ({status}): "
-                f"{err[-1] if err else 'no message'}", retryable=True,
-            )
+            status = (Deferred(N_("no exit status")) if result.exit_status is None
+                      else Deferred(N_("exit {status}"), status=result.exit_status))
+            raise ProviderError(Deferred(
+                N_("{name}: power-off refused ({status}): {message}"), name=instance.name,
+                status=status, message=err[-1] if err else Deferred(N_("no message"))),
+                retryable=True)
         # The command said yes; the evidence is the host going away after it.
         await link.close()
         if not await self._goes_away(instance.ssh.host, instance.ssh.port):
-            raise ProviderError(
-                f"{instance.name}: the power-off command ran, but the host still answers on "
-                f"port {instance.ssh.port} after {self.gone_within_s:.0f} s", retryable=True,
-            )
+            raise ProviderError(Deferred(
+                N_("{name}: the power-off command ran, but the host still answers on port "
+                   "{port} after {seconds} s"), name=instance.name, port=instance.ssh.port,
+                seconds=f"{self.gone_within_s:.0f}"), retryable=True)
 
     async def _goes_away(self, host: str, port: int) -> bool:
         """True once the host's SSH port stops answering (refused, or silent), within

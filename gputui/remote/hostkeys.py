@@ -20,6 +20,7 @@ from pathlib import Path
 import asyncssh
 
 from gputui.errors import GputuiError
+from gputui.i18n import N_, Deferred
 
 __all__ = [
     "SSHLayerError",
@@ -37,11 +38,8 @@ DEFAULT_PORT = 22
 
 
 class SSHLayerError(GputuiError):
-    """Base of every error the SSH layer raises; `str()` is one line meant for the user."""
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        return " ".join(text.split())  # always one line
+    """Base of every error the SSH layer raises; `str()` is one line meant for the user
+    (GputuiError makes it one line)."""
 
 
 class UnknownHostKey(SSHLayerError):
@@ -52,25 +50,27 @@ class UnknownHostKey(SSHLayerError):
         self.port = port
         self.fingerprint = fingerprint
         self.key = key  # the key seen: trust exactly this one with KnownHosts.add()
-        super().__init__(
-            f"unknown host key for {_where(host, port)} ({fingerprint}); "
-            "accept it to connect (console prompt or --accept-new-host-key)"
-        )
+        super().__init__(Deferred(
+            N_("unknown host key for {where} ({fingerprint}); accept it to connect (console "
+               "prompt or --accept-new-host-key)"),
+            where=_where(host, port), fingerprint=fingerprint))
 
 
 class HostKeyChanged(SSHLayerError):
     """The host presented a different key than the one on file. Never accepted."""
 
-    def __init__(self, host: str, port: int, expected_fp: str, got_fp: str):
+    def __init__(self, host: str, port: int, expected_fp: str, got_fp: str,
+                 user: str | None = None):
         self.host = host
         self.port = port
         self.expected_fp = expected_fp
         self.got_fp = got_fp
-        super().__init__(
-            f"HOST KEY CHANGED for {_where(host, port)}: expected {expected_fp}, got {got_fp}; "
-            "refusing to connect (possible man-in-the-middle, or the host was reinstalled: "
-            "remove its entry from known hosts only if you know why it changed)"
-        )
+        where = _where(host, port)
+        super().__init__(Deferred(
+            N_("HOST KEY CHANGED for {where}: expected {expected}, got {got}; refusing to "
+               "connect (possible man-in-the-middle, or the host was reinstalled: remove its "
+               "entry from known hosts only if you know why it changed)"),
+            where=f"{user}@{where}" if user else where, expected=expected_fp, got=got_fp))
 
 
 class HostKeyRejected(SSHLayerError):

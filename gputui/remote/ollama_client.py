@@ -25,6 +25,7 @@ import httpx
 import ollama
 
 from gputui.errors import GputuiError
+from gputui.i18n import N_, Deferred
 
 __all__ = [
     "InstalledModel",
@@ -337,9 +338,11 @@ class OllamaClient:
                 return OllamaNotFound(message, 404)
             return OllamaError(message, status)
         if isinstance(exc, httpx.TimeoutException):
-            return OllamaError(f"Ollama at {self.base_url} did not answer in time")
+            return OllamaError(Deferred(N_("Ollama at {url} did not answer in time"),
+                                        url=self.base_url))
         if isinstance(exc, ConnectionError | httpx.TransportError):
-            return OllamaUnreachable(f"cannot reach Ollama at {self.base_url}")
+            return OllamaUnreachable(Deferred(N_("cannot reach Ollama at {url}"),
+                                              url=self.base_url))
         return OllamaError(f"{type(exc).__name__}: {exc}")
 
     async def _call(self, coro: Any) -> Any:
@@ -359,7 +362,8 @@ class OllamaClient:
         try:
             return str(resp.json().get("version") or "")
         except ValueError:
-            raise OllamaError("/api/version: not JSON") from None
+            raise OllamaError(Deferred(N_("{path}: the answer is not JSON"),
+                                       path="/api/version")) from None
 
     async def _get_json(self, path: str) -> Any:
         try:
@@ -371,7 +375,7 @@ class OllamaClient:
         try:
             return resp.json()
         except ValueError:
-            raise OllamaError(f"{path}: the answer is not JSON") from None
+            raise OllamaError(Deferred(N_("{path}: the answer is not JSON"), path=path)) from None
 
     async def tags(self) -> list[InstalledModel]:
         # Parsed here rather than by the library: docs/api.md's shape names a model "name",

@@ -34,7 +34,8 @@ from typing import Any
 
 import asyncssh
 
-from gputui.errors import BadInput, GputuiError
+from gputui.errors import BadInput, GputuiError, os_reason
+from gputui.i18n import N_, Deferred
 from gputui.remote.ssh import Link, LinkClosed, SSHLayerError
 
 __all__ = [
@@ -204,7 +205,8 @@ async def remote_home(link: Link) -> str:
     result = await link.run('printf %s "$HOME"', timeout=30)
     home = result.stdout.strip()
     if result.exit_status != 0 or not home.startswith("/"):
-        raise TransferError(f"{link.name}: cannot tell the instance's home folder")
+        raise TransferError(Deferred(N_("{name}: cannot tell the instance's home folder"),
+                                     name=link.name))
     return home.rstrip("/") or "/"
 
 
@@ -213,7 +215,7 @@ def remote_relpath(path: str, home: str, *, inside_home: bool = False) -> str:
     `$HOME/x`), else absolute. With `inside_home`, a path outside the home is refused."""
     text = path.strip()
     if not text:
-        raise RemotePathError("the remote path is empty")
+        raise RemotePathError(Deferred(N_("the remote path is empty")))
     if text == "~" or text.startswith("~/"):
         text = text[2:] if len(text) > 1 else ""
     elif text.startswith("$HOME"):
@@ -223,11 +225,13 @@ def remote_relpath(path: str, home: str, *, inside_home: bool = False) -> str:
         if norm == home or norm.startswith(home.rstrip("/") + "/"):
             return posixpath.relpath(norm, home)
         if inside_home:
-            raise RemotePathError(f"{path}: outside the instance's home ({home})")
+            raise RemotePathError(Deferred(N_("{path}: outside the instance's home ({home})"),
+                                           path=path, home=home))
         return norm
     norm = posixpath.normpath(text) if text else "."
     if norm == ".." or norm.startswith("../"):
-        raise RemotePathError(f"{path}: outside the instance's home ({home})")
+        raise RemotePathError(Deferred(N_("{path}: outside the instance's home ({home})"),
+                                       path=path, home=home))
     return norm
 
 
@@ -248,6 +252,13 @@ def _is_no_space(exc: BaseException) -> bool:
         return True
     reason = str(getattr(exc, "reason", "") or exc).lower()
     return "no space" in reason or "quota" in reason
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong with a file: SFTP's reason (the server's words) or the system's."""
+    if isinstance(exc, OSError) and not isinstance(exc, asyncssh.Error):
+        return os_reason(exc)
+    return str(getattr(exc, "reason", None) or exc)
 
 
 _LINK_ERRORS = (asyncssh.DisconnectError, asyncssh.ChannelOpenError, asyncssh.SFTPConnectionLost,
@@ -272,18 +283,21 @@ class _Session:
             try:
                 self._sftp = await conn.start_sftp_client()
             except (asyncssh.Error, OSError) as exc:
-                raise TransferError(f"{self.link.name}: SFTP is not available: {exc}") from None
+                raise TransferError(Deferred(N_("{name}: SFTP is not available: {reason}"),
+                                             name=self.link.name, reason=str(exc))) from None
             self._conn = conn
             return self._sftp
 
     async def dropped(self, exc: BaseException) -> None:
         """After a link error: forget the session; give up when the link is closed for good."""
         if isinstance(exc, LinkClosed) or self.link.closed:
-            raise TransferError(f"{self.link.name}: link closed during the transfer") from None
+            raise TransferError(Deferred(N_("{name}: link closed during the transfer"),
+                                         name=self.link.name)) from None
         self.reconnects += 1
         if self.reconnects > RETRIES:
-            raise TransferError(f"{self.link.name}: the link kept dropping ({exc}); "
-                                "run the same command again to resume") from None
+            raise TransferError(Deferred(
+                N_("{name}: the link kept dropping ({reason}); run the same command again to "
+                   "resume"), name=self.link.name, reason=str(exc))) from None
         async with self._lock:
             if self._sftp is not None:
                 with contextlib.suppress(Exception):
@@ -475,9 +489,11 @@ class _Mover:
             await _retrying(self.session, op)
         except (asyncssh.SFTPError, OSError) as exc:
             if _is_no_space(exc):
-                raise DiskFull(f"the instance's disk is full writing {remote}; the partial file "
-                               "is kept — free space and run the same command to resume") from None
-            raise TransferError(f"{remote}: {getattr(exc, 'reason', None) or exc}") from None
+                raise DiskFull(Deferred(
+                    N_("the instance's disk is full writing {path}; the partial file is kept — "
+                       "free space and run the same command to resume"), path=remote)) from None
+            raise TransferError(Deferred(N_("{path}: {reason}"), path=remote,
+                                         reason=_reason(exc))) from None
 
     async def _pump_up(self, local: Path, fh: asyncssh.SFTPClientFile, offset: int,
                        size: int) -> None:
@@ -537,12 +553,15 @@ class _Mover:
         try:
             await _retrying(self.session, op)
         except asyncssh.SFTPNoSuchFile:
-            raise TransferError(f"{remote}: no such file on the instance (it went away)") from None
+            raise TransferError(Deferred(N_("{path}: no such file on the instance (it went away)"),
+                                         path=remote)) from None
         except (asyncssh.SFTPError, OSError) as exc:
             if _is_no_space(exc):
-                raise DiskFull(f"the local disk is full writing {local}; the partial file "
-                               "is kept — free space and run the same command to resume") from None
-            raise TransferError(f"{remote}: {getattr(exc, 'reason', None) or exc}") from None
+                raise DiskFull(Deferred(
+                    N_("the local disk is full writing {path}; the partial file is kept — free "
+                       "space and run the same command to resume"), path=local)) from None
+            raise TransferError(Deferred(N_("{path}: {reason}"), path=remote,
+                                         reason=_reason(exc))) from None
 
     async def _pump_down(self, fh: asyncssh.SFTPClientFile, fd: int, offset: int,
                          size: int) -> None:
@@ -560,7 +579,7 @@ class _Mover:
                 start, task = pending.pop(0)
                 data = await task
                 if not data:
-                    raise TransferError("the remote file got shorter while it was read")
+                    raise TransferError(Deferred(N_("the remote file got shorter while it was read")))
                 os.pwrite(fd, data, start)
                 at = start + len(data)
                 self.moved(len(data))
@@ -607,7 +626,7 @@ async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = F
     """Send `local` (a file or folder) to `remote` on the instance; only what changed."""
     local = Path(local)
     if not local.exists():
-        raise BadInput(f"{local}: no such file or folder")
+        raise BadInput(Deferred(N_("{path}: no such file or folder"), path=local))
     started = time.monotonic()
     home = home or await remote_home(link)
     target = remote_relpath(remote, home)
@@ -704,7 +723,8 @@ async def pull(link: Link, remote: str, local: Path | str | None = None, *, chec
             async def exists(sftp: asyncssh.SFTPClient) -> bool:
                 return await _remote_stat(sftp, source) is not None
             if not await _retrying(mover.session, exists):
-                raise BadInput(f"{remote}: no such file or folder on the instance")
+                raise BadInput(Deferred(N_("{path}: no such file or folder on the instance"),
+                                        path=remote))
         name = posixpath.basename(source.rstrip("/")) or "home"
         if local is None:
             dest_root = Path.cwd() / name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gputui.i18n import N_, Deferred
 from gputui.models import SSHEndpoint
 from gputui.remote.hostkeys import (
     HostKeyChanged,
@@ -48,7 +49,8 @@ class CommandTimeout(SSHLayerError):
         self.cmd = cmd
         self.timeout = timeout
         self.partial = partial
-        super().__init__(f"command did not finish within {timeout:g} s: {_short(cmd)}")
+        super().__init__(Deferred(N_("command did not finish within {seconds} s: {command}"),
+                                  seconds=f"{timeout:g}", command=_short(cmd)))
 
 
 class CommandFailed(SSHLayerError):
@@ -58,8 +60,10 @@ class CommandFailed(SSHLayerError):
         self.cmd = cmd
         self.exit_status = exit_status
         self.stderr = stderr
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no error output"
-        super().__init__(f"{_short(cmd)} exited with status {exit_status}: {last}")
+        last = (stderr.strip().splitlines()[-1] if stderr.strip()
+                else Deferred(N_("no error output")))
+        super().__init__(Deferred(N_("{command} exited with status {status}: {last}"),
+                                  command=_short(cmd), status=exit_status, last=last))
 
 
 def is_retryable(exc: BaseException) -> bool:

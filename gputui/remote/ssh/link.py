@@ -20,6 +20,8 @@ from typing import IO, Any
 
 import asyncssh
 
+from gputui.errors import os_reason
+from gputui.i18n import N_, Deferred
 from gputui.models import LinkState, SSHEndpoint
 from gputui.remote.hostkeys import (
     HostKeyChanged,
@@ -122,7 +124,7 @@ class Link:
         name: str | None = None,
     ):
         if known_hosts is None:  # pragma: no cover - guarded by the type, but be explicit
-            raise ValueError("known_hosts is required (host keys are always checked)")
+            raise ValueError(N_("known_hosts is required (host keys are always checked)"))
         self.endpoint = endpoint
         self.name = name or _where(endpoint)
         self.known_hosts = known_hosts
@@ -202,9 +204,9 @@ class Link:
             try:
                 password = Path(ep.password_file).expanduser().read_text(encoding="utf-8").strip()
             except OSError as exc:
-                raise ConnectFailed(
-                    f"cannot read password file {ep.password_file}: {exc.strerror}"
-                ) from None
+                raise ConnectFailed(Deferred(
+                    N_("cannot read password file {path}: {reason}"),
+                    path=ep.password_file, reason=os_reason(exc))) from None
         kwargs: dict[str, Any] = {
             "host": ep.host,
             "port": ep.port,
@@ -235,34 +237,45 @@ class Link:
         try:
             conn = await asyncssh.connect(**kwargs)
         except asyncssh.HostKeyNotVerifiable as exc:
+            if isinstance(verifier.error, HostKeyChanged):  # named as the user wrote it
+                err = verifier.error
+                raise HostKeyChanged(err.host, err.port, err.expected_fp, err.got_fp,
+                                     user=ep.user) from None
             if verifier.error is not None:
                 raise verifier.error from None
-            raise HostKeyRejected(f"host key for {_where(ep)} rejected: {exc.reason}") from None
+            raise HostKeyRejected(Deferred(N_("host key for {where} rejected: {reason}"),
+                                           where=_where(ep), reason=exc.reason)) from None
         except asyncssh.PermissionDenied as exc:
-            how = "password" if kwargs["password"] else "key"
-            raise AuthRefused(
-                f"login refused for {_where(ep)} ({how} not accepted: {exc.reason})"
-            ) from None
+            template = (N_("login refused for {where} (password not accepted: {reason})")
+                        if kwargs["password"] else
+                        N_("login refused for {where} (key not accepted: {reason})"))
+            raise AuthRefused(Deferred(template, where=_where(ep), reason=exc.reason)) from None
         except asyncssh.KeyExchangeFailed as exc:
             changed = await self._probe_changed_key(verifier)
             if changed is not None:
                 raise changed from None
-            raise ConnectFailed(f"key exchange with {_where(ep)} failed: {exc.reason}") from None
+            raise ConnectFailed(Deferred(N_("key exchange with {where} failed: {reason}"),
+                                         where=_where(ep), reason=exc.reason)) from None
         except asyncssh.DisconnectError as exc:  # ConnectionLost, server disconnect
-            raise LinkDown(f"{_where(ep)} closed the connection: {exc.reason}") from None
+            raise LinkDown(Deferred(N_("{where} closed the connection: {reason}"),
+                                    where=_where(ep), reason=exc.reason)) from None
         except asyncssh.KeyImportError as exc:
-            raise ConnectFailed(f"cannot load SSH key: {exc}") from None
+            raise ConnectFailed(Deferred(N_("cannot load SSH key: {reason}"),
+                                         reason=str(exc))) from None
         except TimeoutError:
-            raise LinkUnreachable(
-                f"{_where(ep)} did not answer within {self.connect_timeout:g} s"
-            ) from None
+            raise LinkUnreachable(Deferred(N_("{where} did not answer within {seconds} s"),
+                                           where=_where(ep),
+                                           seconds=f"{self.connect_timeout:g}")) from None
         except OSError as exc:
-            reason = (os.strerror(exc.errno) if exc.errno else str(exc)) or type(exc).__name__
-            raise LinkUnreachable(f"cannot reach {_where(ep)}: {reason}") from None
+            raise LinkUnreachable(Deferred(N_("cannot reach {where}: {reason}"),
+                                           where=_where(ep), reason=os_reason(exc))) from None
         except ValueError as exc:  # bad options, unreadable key file, etc.
-            raise ConnectFailed(f"cannot connect to {_where(ep)}: {exc}") from None
+            raise ConnectFailed(Deferred(N_("cannot connect to {where}: {reason}"),
+                                         where=_where(ep), reason=str(exc))) from None
         except asyncssh.Error as exc:
-            raise ConnectFailed(f"cannot connect to {_where(ep)}: {exc}", retryable=True) from None
+            raise ConnectFailed(Deferred(N_("cannot connect to {where}: {reason}"),
+                                         where=_where(ep), reason=str(exc)),
+                                retryable=True) from None
         key = conn.get_server_host_key()
         self.host_key_fingerprint = fingerprint(key) if key is not None else None
         conn.set_extra_info(gputui_client=client)
@@ -282,17 +295,20 @@ class Link:
             return None
         if key is None or key in trusted:
             return None
-        return HostKeyChanged(ep.host, ep.port, fingerprint(trusted[0]), fingerprint(key))
+        return HostKeyChanged(ep.host, ep.port, fingerprint(trusted[0]), fingerprint(key),
+                              user=ep.user)
 
     async def _supervise(self, first: asyncio.Future[asyncssh.SSHClientConnection]) -> None:
         ready = first
         ever_connected = False
-        reason: str | None = None
+        reason: str | Deferred | None = None
         try:
             while not self._closed:
                 if ever_connected:
                     delay = self._backoff.next_delay()
-                    self._set_state(LinkState.RECONNECTING, f"{reason}; retrying in {delay:.3g} s")
+                    self._set_state(LinkState.RECONNECTING, Deferred(
+                        N_("{reason}; retrying in {seconds} s"), reason=reason,
+                        seconds=f"{delay:.3g}"))
                     await asyncio.sleep(delay)
                 else:
                     self._set_state(LinkState.CONNECTING, None)
@@ -325,17 +341,19 @@ class Link:
                 ready = self._new_ready()
                 if self._closed:
                     break
-                reason = f"connection lost ({lost})" if lost else "connection closed by the server"
+                reason = (Deferred(N_("connection lost ({reason})"), reason=str(lost)) if lost
+                          else Deferred(N_("connection closed by the server")))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # pragma: no cover - a bug; do not leave waiters hanging
             log.exception("link %s: supervisor crashed", self.name)
-            self._set_state(LinkState.FAILED, f"internal error: {exc}")
+            said = Deferred(N_("internal error: {reason}"), reason=str(exc))
+            self._set_state(LinkState.FAILED, said)
             if not ready.done():
-                ready.set_exception(ConnectFailed(f"internal error: {exc}"))
+                ready.set_exception(ConnectFailed(said))
         finally:
             if self._closed and self._ready is not None and not self._ready.done():
-                self._ready.set_exception(LinkClosed(f"link to {self.name} closed"))
+                self._ready.set_exception(LinkClosed(Deferred(N_("link to {name} closed"), name=self.name)))
 
     def _ensure_supervisor(self) -> asyncio.Future[asyncssh.SSHClientConnection]:
         if self._supervisor is None or self._supervisor.done():
@@ -354,7 +372,7 @@ class Link:
         deadline = None if wait_s is None else loop.time() + wait_s
         while True:
             if self._closed:
-                raise LinkClosed(f"link to {self.name} closed")
+                raise LinkClosed(Deferred(N_("link to {name} closed"), name=self.name))
             conn = self._conn
             if conn is not None and self.state == LinkState.CONNECTED and not conn.is_closed():
                 return conn
@@ -364,9 +382,8 @@ class Link:
                 async with asyncio.timeout(remaining):
                     conn = await asyncio.shield(ready)
             except TimeoutError:
-                raise LinkDown(
-                    f"{self.name} is not connected ({self.detail or self.state.value})"
-                ) from None
+                raise LinkDown(Deferred(N_("{name} is not connected ({detail})"), name=self.name,
+                                        detail=self.detail or self.state.value)) from None
             if conn is self._conn and not conn.is_closed():
                 return conn
             await asyncio.sleep(0)  # a stale result from before a drop: wait for the next one
@@ -440,7 +457,8 @@ class Link:
                     loop.add_signal_handler(_signal.SIGWINCH, _resize)
             done = await proc.wait()
         except (asyncssh.ChannelOpenError, asyncssh.DisconnectError) as exc:
-            raise LinkDown(f"{self.name}: session ended: {exc}") from None
+            raise LinkDown(Deferred(N_("{name}: session ended: {reason}"), name=self.name,
+                                    reason=str(exc))) from None
         finally:
             if terminal:
                 with contextlib.suppress(Exception):
@@ -454,7 +472,8 @@ class Link:
                 proc.close()
         status, _sig = _exit_status(done.exit_status, done.exit_signal)
         if done.exit_status is None and done.exit_signal is None and conn.is_closed():
-            raise LinkDown(f"{self.name}: connection lost during the session")
+            raise LinkDown(Deferred(N_("{name}: connection lost during the session"),
+                                    name=self.name))
         return status
 
     # -- commands -----------------------------------------------------------------------------
@@ -481,9 +500,11 @@ class Link:
                 errors="replace",
             )
         except asyncssh.ChannelOpenError as exc:
-            raise LinkDown(f"{self.name}: cannot start command: {exc.reason}") from None
+            raise LinkDown(Deferred(N_("{name}: cannot start command: {reason}"),
+                                    name=self.name, reason=exc.reason)) from None
         except (asyncssh.DisconnectError, OSError) as exc:
-            raise LinkDown(f"{self.name}: connection lost: {exc}") from None
+            raise LinkDown(Deferred(N_("{name}: connection lost: {reason}"), name=self.name,
+                                    reason=str(exc))) from None
         try:
             done = await proc.wait(timeout=timeout)
         except asyncssh.TimeoutError as exc:
@@ -491,11 +512,13 @@ class Link:
             partial = RunResult(status, str(exc.stdout or ""), str(exc.stderr or ""), sig)
             raise CommandTimeout(cmd, timeout or 0, partial) from None
         except (asyncssh.DisconnectError, OSError, asyncssh.ChannelOpenError) as exc:
-            raise CommandInterrupted(f"{self.name}: connection lost during command: {exc}") from None
+            raise CommandInterrupted(Deferred(N_("{name}: connection lost during command: {what}"),
+                                              name=self.name, what=str(exc))) from None
         finally:
             proc.close()
         if done.exit_status is None and done.exit_signal is None and conn.is_closed():
-            raise CommandInterrupted(f"{self.name}: connection lost during command: {_short(cmd)}")
+            raise CommandInterrupted(Deferred(N_("{name}: connection lost during command: {what}"),
+                                              name=self.name, what=_short(cmd)))
         status, sig = _exit_status(done.exit_status, done.exit_signal)
         return RunResult(status, str(done.stdout or ""), str(done.stderr or ""), sig)
 
@@ -525,7 +548,9 @@ class Link:
                     continue
                 if self._closed:
                     return
-                raise LinkDown(f"{self.name}: cannot start {_short(cmd)}: {exc}") from None
+                raise LinkDown(Deferred(N_("{name}: cannot start {command}: {reason}"),
+                                        name=self.name, command=_short(cmd),
+                                        reason=str(exc))) from None
             stderr_chunks: list[str] = []
 
             async def _drain_stderr(
@@ -560,11 +585,11 @@ class Link:
                     return
                 if restart and await self._dropped(conn):
                     continue
-                raise LinkDown(
-                    f"{self.name}: connection lost while streaming {_short(cmd)}"
+                raise LinkDown(Deferred(
+                    N_("{name}: connection lost while streaming {command}")
                     if conn.is_closed()
-                    else f"{self.name}: {_short(cmd)} ended without an exit status"
-                )
+                    else N_("{name}: {command} ended without an exit status"),
+                    name=self.name, command=_short(cmd)))
             code, _sig = _exit_status(status, exit_signal)
             if code == 0:
                 return
@@ -662,8 +687,8 @@ class Link:
         if sup is not None:
             await asyncio.gather(sup, return_exceptions=True)
         if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(LinkClosed(f"link to {self.name} closed"))
-        self._set_state(LinkState.UNKNOWN, "closed")
+            self._ready.set_exception(LinkClosed(Deferred(N_("link to {name} closed"), name=self.name)))
+        self._set_state(LinkState.UNKNOWN, Deferred(N_("closed")))
 
     async def __aenter__(self) -> Link:
         return self
