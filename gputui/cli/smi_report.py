@@ -10,8 +10,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gputui.cli.output import print_json
 from gputui.errors import EXIT_ERROR as EXIT_FAIL
-from gputui.errors import EXIT_OK, one_line
-from gputui.i18n import N_, shown
+from gputui.errors import EXIT_OK, one_line, os_reason
+from gputui.i18n import N_, _, shown
 from gputui.i18n import Deferred as D
 from gputui.nvidia.diagnose import diagnose_nvidia_smi
 from gputui.nvidia.nvsmi import NvsmiParseError
@@ -123,7 +123,8 @@ def smi_input(
         else:
             text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        _emit(err, f"gputui: {path}: cannot read: {exc.strerror or exc}")
+        _emit(err, "gputui: " + _("{path}: cannot read: {reason}").format(
+            path=path, reason=shown(os_reason(exc))))
         return EXIT_FAIL
     try:
         snap = read_capture(text, str(path))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.errors import GputuiError, NotFound
+from gputui.i18n import N_, Deferred
 
 __all__ = ["DaemonDown", "SandboxClient", "socket_path", "daemon_pid", "stop_daemon"]
 
@@ -57,8 +58,9 @@ def private_folder(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     st = path.stat()
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise DaemonDown(f"{path} is not a private folder of this user (owner {st.st_uid}, "
-                         f"mode {st.st_mode & 0o777:o}); remove it or set GPUTUI_HOME")
+        raise DaemonDown(Deferred(N_(
+            "{path} is not a private folder of this user (owner {uid}, mode {mode}); remove it "
+            "or set GPUTUI_HOME"), path=path, uid=st.st_uid, mode=f"{st.st_mode & 0o777:o}"))
 
 
 def daemon_pid(root: Path) -> int | None:
@@ -113,9 +115,11 @@ class SandboxClient:
                 return await self._ask({"op": op, **args})
             except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
                 if not self.autostart:
-                    raise DaemonDown(f"the sandbox daemon is not running ({exc})") from None
+                    raise DaemonDown(Deferred(N_("the sandbox daemon is not running ({error})"),
+                                              error=exc)) from None
                 if attempt:
-                    raise DaemonDown(f"the sandbox daemon stopped answering: {exc}") from None
+                    raise DaemonDown(Deferred(N_("the sandbox daemon stopped answering: {error}"),
+                                              error=exc)) from None
                 await self.start()
         raise AssertionError("unreachable")
 
@@ -160,8 +164,9 @@ class SandboxClient:
                     break
                 except OSError:
                     if time.monotonic() > deadline:
-                        raise DaemonDown("the sandbox daemon is being started by another "
-                                         "process that does not finish") from None
+                        raise DaemonDown(Deferred(N_(
+                            "the sandbox daemon is being started by another process that "
+                            "does not finish"))) from None
                     await asyncio.sleep(0.05)
             if await self.running():
                 return
@@ -172,8 +177,9 @@ class SandboxClient:
                 if proc.poll() is not None and proc.returncode != 3:  # 3: another one won
                     break
                 await asyncio.sleep(0.05)
-            raise DaemonDown(f"the sandbox daemon did not start (see {self.root / 'daemon.log'}"
-                             f"{_last_line(self.root / 'daemon.log')})")
+            raise DaemonDown(Deferred(N_("the sandbox daemon did not start (see {log}{last})"),
+                                      log=self.root / "daemon.log",
+                                      last=_last_line(self.root / "daemon.log")))
         finally:
             lock.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from gputui.i18n import N_, Deferred, _
 from gputui.models import Granularity, Instance, Lease, SSHEndpoint
 from gputui.remote.sshline import parse_ssh_line
 from gputui.services.hub import ServiceError, Services, new_instance_id
@@ -60,7 +61,8 @@ async def add_ssh_host(
         raise UnknownHostKeyError(where, exc.fingerprint) from None
     except SSHLayerError as exc:
         said = str(exc)  # the SSH layer often names the endpoint already: say it once
-        raise ServiceError(said if where in said else f"{where}: {said}") from None
+        raise ServiceError(exc.translated() if where in said else Deferred(
+            N_("{where}: {error}"), where=where, error=exc)) from None
     finally:
         await link.close()
     listed = [g for g in parse_gpu_list(result.stdout) if g.parent_index is None]
@@ -69,8 +71,10 @@ async def add_ssh_host(
 
         diag = diagnose_nvidia_smi(result.stdout + result.stderr, result.exit_status)
         if gpu is None:
-            why = f"{diag.problem} — {diag.fix}" if diag else "nvidia-smi -L listed no GPU"
-            raise ServiceError(f"{where}: cannot detect the GPUs ({why}); give --gpu")
+            why = (f"{diag.problem} — {diag.fix}" if diag
+                   else _("nvidia-smi -L listed no GPU"))
+            raise ServiceError(_("{where}: cannot detect the GPUs ({why}); give --gpu").format(
+                where=where, why=why))
     count = len(listed) or 1
     if gpu:
         try:

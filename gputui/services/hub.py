@@ -427,7 +427,8 @@ class Services:
         try:
             return await link.run(self.remote_command(inst, command), timeout=timeout)
         except SSHLayerError as exc:
-            raise ServiceError(f"{inst.name}: {exc}") from None
+            raise ServiceError(Deferred(
+                N_("{name}: {error}"), name=inst.name, error=exc)) from None
 
     def remote_command(self, inst: Instance, command: str) -> str:
         """The command as the instance's provider needs it run (AutoDL: in a login shell, where

@@ -719,7 +719,7 @@ class CatalogScreen(BaseScreen):
             )
         except (CatalogError, ValueError) as exc:
             self.fit_answer = None
-            error.update(f"⚠ {exc}")
+            error.update(f"⚠ {shown(exc)}")
             error.display = True
             body.update("")
             table.clear()
@@ -843,7 +843,7 @@ class CatalogScreen(BaseScreen):
             answer = svc.cost(str(card), count=count, hours=hours, prices=self.rows)
         except (CatalogError, ValueError, ArithmeticError) as exc:
             self.cost_answer = None
-            error.update(f"⚠ {exc}")
+            error.update(f"⚠ {shown(exc)}")
             error.display = True
             notes.update("")
             return

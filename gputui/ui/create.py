@@ -13,7 +13,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from gputui.format import default_label, format_money, format_remaining
-from gputui.i18n import N_, _, truncate_cells
+from gputui.i18n import N_, _, shown, truncate_cells
 from gputui.models import Lease, Offer
 from gputui.ui.base import BaseScreen
 from gputui.ui.dialogs import ConfirmScreen, parse_release, passed_clock_time
@@ -23,6 +23,15 @@ COUNTS = [1, 2, 4, 8]
 # what services.create reports (English words), as the progress line shows them
 STEPS = {"requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
          "arming the release timer": N_("arming the release timer")}
+
+
+def offer_price(offer: Offer) -> str:
+    """An offer's price per GPU-hour in its own currency (AutoDL's in yuan), or "price on
+    creation" where the provider's list has none (AutoDL's Pro API: the instance's snapshot
+    has it)."""
+    if not offer.price_per_gpu_hour and "price on creation" in (offer.tier or ""):
+        return _("price on creation")
+    return format_money(offer.price_per_gpu_hour, offer.billing.currency) + "/GPU·h"
 
 
 class CreateScreen(BaseScreen):
@@ -114,11 +123,11 @@ class CreateScreen(BaseScreen):
             self.offers = await self.gapp.services.offers(name)
         except Exception as exc:
             self.query_one("#error", Static).update(
-                _("cannot list offers: {error}").format(error=escape(str(exc))))
+                _("cannot list offers: {error}").format(error=escape(str(shown(exc)))))
             return
         select = self.query_one("#offer", Select)
         select.set_options([
-            (f"{o.gpu} · {o.vram_gb:g} GiB · {format_money(o.price_per_gpu_hour)}/GPU·h"
+            (f"{o.gpu} · {o.vram_gb:g} GiB · {offer_price(o)}"
              + (" · " + _("derived") if (o.source or "").startswith("derived") else "")
              + ("" if o.available else " · " + _("sold out")), o.offer_id)
             for o in self.offers
@@ -224,7 +233,7 @@ class CreateScreen(BaseScreen):
             + (_(", {seconds}s minimum").format(seconds=rule.minimum_seconds)
                if rule.minimum_seconds else "")
             + (" · " + _("storage {price}/GB-month").format(
-                price=format_money(rule.storage_per_gb_month))
+                price=format_money(rule.storage_per_gb_month, rule.currency))
                if rule.storage_per_gb_month else ""),
         ]
         if offer.source:
@@ -235,13 +244,13 @@ class CreateScreen(BaseScreen):
         try:
             release_at = self._release_at(now)
         except ValueError as exc:
-            error.update(_("Release: {problem}").format(problem=escape(str(exc))))
+            error.update(_("Release: {problem}").format(problem=escape(str(shown(exc)))))
             summary.update("\n".join(lines))
             return
         try:
             disk = self._disk()
         except ValueError as exc:
-            problems.append(str(exc))
+            problems.append(str(shown(exc)))
             disk = None
         if release_at is None:
             lines.append(_("[b reverse] NO TIMER [/] bills until you release it by hand"))
@@ -293,7 +302,7 @@ class CreateScreen(BaseScreen):
         try:
             release_at = self._release_at(self.gapp.now())
         except ValueError as exc:
-            error.update(_("Release: {problem}").format(problem=escape(str(exc))))
+            error.update(_("Release: {problem}").format(problem=escape(str(shown(exc)))))
             return
         util_text = self.query_one("#idle-util", Input).value.strip()
         minutes_text = self.query_one("#idle-minutes", Input).value.strip()
@@ -310,7 +319,7 @@ class CreateScreen(BaseScreen):
         try:
             disk = self._disk()
         except ValueError as exc:
-            error.update(escape(str(exc)))
+            error.update(escape(str(shown(exc))))
             return
         lease = Lease(instance_id="pending", release_at=release_at,
                       no_timer_confirmed=release_at is None,
@@ -367,7 +376,7 @@ class CreateScreen(BaseScreen):
             steps.pop()  # armed: back to "… → running ✓" (was "… → running → running ✓")
             progress.update(line() + " ✓")
         except Exception as exc:
-            error.update(_("Could not create: {error}").format(error=escape(str(exc))))
+            error.update(_("Could not create: {error}").format(error=escape(str(shown(exc)))))
             self.busy = False
             return
         self.busy = False

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from gputui.format import format_remaining
-from gputui.i18n import N_, _
+from gputui.i18n import N_, _, shown
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -112,7 +112,7 @@ class TimerDialog(ModalScreen[object]):
         try:
             at = parse_release(text, now)
         except ValueError as exc:
-            error.update(escape(str(exc)))
+            error.update(escape(str(shown(exc))))
             return
         passed = passed_clock_time(text, at, now)
         if passed and self._tomorrow_pending != text:
@@ -188,7 +188,7 @@ class AddHostDialog(ModalScreen[dict | None]):
         try:
             endpoint = parse_ssh_line(self.query_one("#line", Input).value)
         except ValueError as exc:
-            error.update(_("ssh line: {problem}").format(problem=escape(str(exc))))
+            error.update(_("ssh line: {problem}").format(problem=escape(str(shown(exc)))))
             return
         typed = self.query_one("#price", Input).value.strip().lstrip("$")
         try:

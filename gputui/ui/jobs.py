@@ -22,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, RichLog, Static
 
 from gputui.format import format_money, status_text
-from gputui.i18n import N_, _, cell_len, truncate_cells
+from gputui.i18n import N_, _, cell_len, shown, truncate_cells
 from gputui.models import Instance
 from gputui.store import InstanceChanged
 from gputui.ui.base import BaseScreen, StoreEvent
@@ -444,7 +444,7 @@ class JobsScreen(BaseScreen):
         try:
             await self._service().set_when_done(inst, policy, pulls=pulls)  # type: ignore[arg-type]
         except Exception as exc:
-            self.notify(f"{inst.name}: {exc}", severity="error")
+            self.notify(f"{inst.name}: {shown(exc)}", severity="error")
             return
         self.notify(_("{name}: when its queue ends: {policy}").format(name=inst.name,
                                                                      policy=policy))

@@ -146,3 +146,32 @@ async def test_costs_screen_totals_per_currency(gputui_home: Path):
         assert "$1.29/h" in text and "9.49" not in text  # two lines, never one sum
         bar = str(app.screen.query_one(TopBar).render())
         assert "$1.29/h" in bar and "¥8.20/h" in bar
+
+
+async def test_new_lists_autodl_offers_in_yuan(gputui_home: Path, emu: AutoDLEmulator):
+    """The New form's GPU list shows each offer in its own currency: AutoDL's in yuan (a
+    sourced reference price) or "price on creation" — never a dollar sign."""
+    from textual.widgets import Select
+
+    from gputui.ui.create import CreateScreen
+
+    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home)
+    attach(svc, emu)
+    app = GpuTuiApp(config=Config(), store=svc.store, services=svc, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, CreateScreen), "the New form")
+        screen = app.screen
+        screen.query_one("#provider", Select).value = "autodl"
+        await wait_for(pilot, lambda: screen.offers and screen.offers[0].provider == "autodl",
+                       "AutoDL's offers")
+        labels = [str(label) for label, _value in screen.query_one("#offer", Select)._options
+                  if str(label)]  # (less the blank prompt)
+        assert labels and not any("$" in label for label in labels), labels
+        assert any(re.search(r"· ¥\d+\.\d\d/GPU·h", label) for label in labels), labels
+        priced = {o.offer_id for o in screen.offers if o.price_per_gpu_hour}
+        for o, label in zip(screen.offers, labels, strict=True):
+            assert ("¥" in label) == (o.offer_id in priced)
+            if o.offer_id not in priced:
+                assert "price on creation" in label
