@@ -68,6 +68,7 @@ async def switch_times(n: int) -> dict[str, list[float]]:
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         app.freeze_heap = True  # as the console (the lease clock stays off)
+        app.collect_when_idle()
         app._preload()  # as the console does after its first frame
         await app.workers.wait_for_complete()
         order = [s for s in SCREENS if s[0] != "home"] + [SCREENS[0]]

@@ -93,3 +93,46 @@ def test_a_broken_config_ends_the_console_with_one_line(gputui_home: Path, monke
     assert cli.main(["--lang", "en"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "config.toml" in err[0] and "lease" in err[0], err
+
+
+def test_full_collections_wait_for_a_quiet_keyboard(gputui_home: Path, monkeypatch):
+    """The console turns Python's own full garbage collections off and runs them from its 1 s
+    tick once no key has come for a while (a 13-57 ms pass in the middle of a screen switch
+    was what made the worst switches slow), and at least every minute."""
+    import gc
+
+    from gputui.app import GpuTuiApp
+
+    thresholds = gc.get_threshold()
+    full: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            full.append(1)
+
+    app = GpuTuiApp(remember_theme=False, background=False)
+    clock = [1000.0]
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    gc.callbacks.append(count)
+    try:
+        app.collect_when_idle()
+        assert gc.get_threshold()[2] >= 1_000_000  # Python's own full passes: off
+        app._last_key = clock[0] - 0.2  # typing
+        clock[0] += 11
+        app._last_key = clock[0] - 0.2
+        app._idle_collect()
+        assert not full  # a key just came: not now
+        clock[0] += 1.6  # quiet
+        app._idle_collect()
+        assert len(full) == 1
+        clock[0] += 5
+        app._idle_collect()
+        assert len(full) == 1  # at most every 10 s
+        for _ in range(61):  # a minute of typing still gets one
+            clock[0] += 1
+            app._last_key = clock[0]
+            app._idle_collect()
+        assert len(full) == 2
+    finally:
+        gc.callbacks.remove(count)
+        gc.set_threshold(*thresholds)
