@@ -75,6 +75,17 @@ def format_remaining(seconds: float | None) -> str:
     return _("{m}m {s:02d}s").format(m=m, s=s)
 
 
+def format_elapsed(seconds: float | None) -> str:
+    """How long a run took or has run: 4m05s, 1h02m; "-" where unknown."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return (_("{h}h{m:02d}m").format(h=h, m=m) if h else
+            _("{m}m{s:02d}s").format(m=m, s=s))
+
+
 _VENDOR_WORDS = ("NVIDIA ", "GeForce ", "Tesla ", "Quadro ")
 
 

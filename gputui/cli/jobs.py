@@ -12,7 +12,7 @@ from typing import Any, Literal
 from gputui.cli.output import EXIT_BAD_INPUT, CommandError, print_json, run_async
 from gputui.errors import BadInput, one_line
 from gputui.format import status_text
-from gputui.i18n import _, pad_cells, truncate_cells
+from gputui.i18n import _, cell_len, pad_cells, truncate_cells
 
 POLICIES = ("release", "stop", "keep")
 
@@ -130,26 +130,18 @@ def _command(args: argparse.Namespace, options: argparse.ArgumentParser) -> list
 
 
 # -- the queue --------------------------------------------------------------------------------
-def _fmt_secs(secs: float | None) -> str:
-    if secs is None:
-        return "-"
-    s = int(secs)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
 def print_table(view: Any, inst: Any) -> None:
-    from gputui.format import format_money
+    from gputui.format import format_elapsed, format_money
     from gputui.nvidia.nvsmi import sanitize
 
     if not view.jobs:
         print(_("{name}: no runs queued. Queue one with `gputui jobs {name} add -- "
                 "CMD`.").format(name=inst.name))
         return
+    exit_w = max(4, cell_len(_("EXIT")))  # headers whole in every language
     print(" ".join((pad_cells(_("ID"), 4, ">"), pad_cells(_("NAME"), 18),
-                    pad_cells(_("STATUS"), 9), pad_cells(_("EXIT"), 4, ">"),
-                    pad_cells(_("TIME"), 7, ">"), pad_cells("GPU%", 5, ">"),
+                    pad_cells(_("STATUS"), 9), pad_cells(_("EXIT"), exit_w, ">"),
+                    pad_cells(_("TIME"), 8, ">"), pad_cells("GPU%", 5, ">"),
                     pad_cells(_("MEM MiB"), 8, ">"), pad_cells(_("COST"), 9, ">"))))
     for j in view.jobs:
         util = f"{j.gpu_util_avg:.0f}" if j.gpu_util_avg is not None else "-"
@@ -157,8 +149,9 @@ def print_table(view: Any, inst: Any) -> None:
         cost = format_money(j.cost, j.currency) if j.cost is not None else "-"
         code = str(j.exit_code) if j.exit_code is not None else "-"
         name = pad_cells(truncate_cells(sanitize(j.name, 60), 18, where="middle"), 18)
-        print(f"{j.id:>4} {name} {pad_cells(status_text(j.status), 9)} {code:>4} "
-              f"{_fmt_secs(j.seconds()):>7} {util:>5} {mem:>8} {cost:>9}")
+        print(f"{j.id:>4} {name} {pad_cells(status_text(j.status), 9)} "
+              f"{pad_cells(code, exit_w, '>')} {pad_cells(format_elapsed(j.seconds()), 8, '>')} "
+              f"{util:>5} {mem:>8} {cost:>9}")
     if view.finished:
         print(summary_text(view, inst))
 
@@ -404,12 +397,12 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
         return await _interrupted(services, jobs, inst, job_id)
     view = await jobs.wait(inst, [job_id])
     job = view.get(job_id)
-    from gputui.format import format_money
+    from gputui.format import format_elapsed, format_money
 
     cost = format_money(job.cost, job.currency) if job.cost is not None else "-"
     print(_("{name}: job {job_id} {status} (exit {code}) in {time}, {cost}").format(
         name=inst.name, job_id=job_id, status=status_text(job.status), code=job.exit_code,
-        time=_fmt_secs(job.seconds()), cost=cost), file=sys.stderr)
+        time=format_elapsed(job.seconds()), cost=cost), file=sys.stderr)
     if then != "keep" or pulls:
         outcome = await jobs.finish(inst, force=True)
         if outcome:

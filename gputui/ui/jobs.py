@@ -21,7 +21,7 @@ from textual.coordinate import Coordinate
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, RichLog, Static
 
-from gputui.format import format_money, status_text
+from gputui.format import format_elapsed, format_money, status_text
 from gputui.i18n import N_, _, cell_len, shown, truncate_cells
 from gputui.models import Instance
 from gputui.store import InstanceChanged
@@ -45,16 +45,6 @@ NAME_CELLS = 22
 POLL_S = 2.0
 LOG_POLL_S = 1.0
 LOG_LINES = 200
-
-
-def _secs(value: float | None) -> str:
-    if value is None:
-        return "-"
-    s = int(value)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return (_("{h}h{m:02d}m").format(h=h, m=m) if h else
-            _("{m}m{s:02d}s").format(m=m, s=s))
 
 
 def _paths(form: dict[str, str]) -> tuple[str, str]:
@@ -250,7 +240,7 @@ class JobsScreen(BaseScreen):
             "name": Text(truncate_cells(job.name, NAME_CELLS, where="middle")),
             "status": Text(status_text(job.status), style=STATUS_STYLE.get(job.status, "")),
             "exit": "-" if job.exit_code is None else str(job.exit_code),
-            "time": _secs(job.seconds(self.gapp.now())),
+            "time": format_elapsed(job.seconds(self.gapp.now())),
             "util": "-" if job.gpu_util_avg is None else f"{job.gpu_util_avg:.0f}",
             "mem": "-" if job.gpu_mem_max_mib is None else f"{job.gpu_mem_max_mib:.0f}",
             "cost": "-" if job.cost is None else format_money(job.cost, job.currency),

@@ -300,3 +300,37 @@ def test_catalog_fit_and_cost_tables_in_chinese_are_aligned(gputui_home: Path):
     assert cards.returncode == 0 and "价格日期" in cards.stdout.splitlines()[0]
     english = gputui(gputui_home, "--lang", "en", "cost", "rtx-4090", "--hours", "10", "--json")
     assert "竞价" not in english.stdout and "spot/interruptible" in english.stdout
+
+
+def test_jobs_table_headers_whole_and_aligned_in_chinese(capsys):
+    """`gputui jobs NAME`: each column starts in the same cell on every line, and no header is
+    cut (退出码 is wider than EXIT)."""
+    from datetime import UTC, datetime, timedelta
+    from decimal import Decimal
+
+    from gputui.cli.jobs import print_table
+    from gputui.i18n import cell_len, set_language
+    from gputui.services.jobs import Job, QueueView
+
+    start = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    view = QueueView("i-1", jobs=[
+        Job("1", "训练-lr3e-4", "python train.py", "succeeded", exit_code=0, started_at=start,
+            ended_at=start + timedelta(minutes=41), gpu_util_avg=93, gpu_mem_max_mib=21544,
+            cost=Decimal("0.47")),
+        Job("2", "fail", "false", "failed", exit_code=137, started_at=start,
+            ended_at=start + timedelta(seconds=5), cost=Decimal("0.01")),
+    ])
+    set_language("zh")
+    print_table(view, Instance(
+        id="i-1", name="train", provider="sandbox", gpu="NVIDIA GeForce RTX 4090", gpu_count=1,
+        billing=BillingRule(price_per_hour=Decimal("0.35")), status=InstanceStatus.RUNNING,
+        created_at=start, running_since=start))
+    lines = capsys.readouterr().out.splitlines()[:3]
+    assert lines[0].split() == ["ID", "名称", "状态", "退出码", "用时", "GPU%", "显存", "MiB", "费用"]
+    assert "41分00秒" in lines[1] and "137" in lines[2]
+    # right-aligned columns end in the same cell: exit code, time, cost
+    for header, values in (("退出码", ("0", "137")), ("用时", ("41分00秒", "0分05秒")),
+                           ("费用", ("$0.47", "$0.01"))):
+        end = cell_len(lines[0][:lines[0].index(header) + len(header)])
+        for line, value in zip(lines[1:], values, strict=True):
+            assert cell_len(line[:line.index(value) + len(value)]) == end, (header, line)
