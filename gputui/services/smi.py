@@ -238,6 +238,11 @@ def read_capture(text: str, source: str) -> Snapshot:
 # --------------------------------------------------------------------------------------------
 
 
+# The doctor's checks, by the name JSON keeps; shown translated (technical names stay).
+CHECK_NAMES = {"driver": N_("driver"), "container": N_("container"),
+               "leftover processes": N_("leftover processes")}
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -246,9 +251,11 @@ class Check:
     fix: str | None = None
 
     def line(self) -> str:
-        """The check for people: a diagnosis's problem and fix in the interface language (the
-        JSON keeps them in English)."""
-        text = f"{self.status.upper() if self.status != 'ok' else 'ok':<4}  {self.name}: {_shown(self.message)}"
+        """The check for people: its name, a diagnosis's problem and fix in the interface
+        language (the JSON keeps them in English)."""
+        status = self.status.upper() if self.status != "ok" else "ok"
+        name = _(CHECK_NAMES.get(self.name, self.name))
+        text = f"{status:<4}  {name}: {_shown(self.message)}"
         if self.fix and self.status != "ok":
             text += _(" — fix: {fix}").format(fix=_shown(self.fix))
         return text

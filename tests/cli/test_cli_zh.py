@@ -262,9 +262,9 @@ def test_doctor_checklist_in_chinese_and_its_json_in_english():
     smi._print_checks("box", evaluate_checks(broken), False, chinese)
     lines = {line.split(":")[0].split()[-1]: line for line in chinese.getvalue().splitlines()[1:]}
     assert "退出码 255：NVML 报错 'Unknown Error'" in lines["nvidia-smi"]
-    assert "容器未挂载 /dev/nvidia*" in lines["container"] and "解决：" in lines["container"]
+    assert "容器未挂载 /dev/nvidia*" in lines["容器"] and "解决：" in lines["容器"]
     assert "是 CPU 版 PyTorch" in lines["pytorch"]
-    assert "驱动和 CUDA 版本未知" in lines["driver"]
+    assert "驱动和 CUDA 版本未知" in lines["驱动"]  # check names in Chinese too
     assert "设置为 '0,3'" in lines["CUDA_VISIBLE_DEVICES"]
     # The same checks as JSON, written while Chinese is on, are the English ones.
     again = io.StringIO()
