@@ -106,8 +106,8 @@ def cmd_extend(args: argparse.Namespace) -> int:
                                                                   "--to"))
         else:
             lease = await leases.extend(inst, by=lease_span(args.by, "extend"))
-        layers = ["console"] + (["on-instance"] if lease.on_instance_armed else []) + (
-            ["provider"] if lease.provider_armed else [])
+        layers = [_("console")] + ([_("on-instance")] if lease.on_instance_armed else []) + (
+            [_("provider")] if lease.provider_armed else [])
         at = lease.release_at.astimezone() if lease.release_at else None
         print(_("{name}: release at {time} (in {left}; layers: {layers})").format(
             name=inst.name, time=f"{at:%Y-%m-%d %H:%M}" if at else _("no time"),
