@@ -4,7 +4,6 @@ fit, job cost, and renting the card under the cursor."""
 from __future__ import annotations
 
 import io
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -514,14 +513,6 @@ async def test_user_prices_from_config_show_in_the_table(gputui_home: Path):
 
 # -- snapshots ----------------------------------------------------------------------------------
 
-
-@pytest.fixture
-def utc_clock(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def _snap_app(home: Path) -> GpuTuiApp:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
 from textual.widgets import DataTable
 
 from gputui.app import GpuTuiApp
@@ -44,14 +42,6 @@ def seeded_app(home: Path, clock: list[datetime]) -> GpuTuiApp:
     app.now = lambda: clock[0]
     return app
 
-
-@pytest.fixture
-def utc_clock(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_costs_snapshot(snap_compare, gputui_home: Path, utc_clock):

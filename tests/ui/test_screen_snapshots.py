@@ -4,12 +4,9 @@ test_catalog_ui.py; Costs: test_costs_ui.py)."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-
-import pytest
 
 from gputui.app import GpuTuiApp
 from gputui.config import Config
@@ -23,14 +20,6 @@ FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "
     "netdata-go.d.plugin__rtx-4090-driver-535.xml"
 SIZE = (80, 24)
 
-
-@pytest.fixture
-def utc_clock(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def plain_app(home: Path) -> GpuTuiApp:

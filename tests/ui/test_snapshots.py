@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -16,14 +15,6 @@ from gputui.store import SessionStore
 
 FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
-
-@pytest.fixture
-def utc_clock(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def app_with_data(home: Path, theme: str) -> GpuTuiApp:

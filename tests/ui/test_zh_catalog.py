@@ -4,13 +4,11 @@ headers, a fit verdict, a validation error, the progress line)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import pytest
 from textual.widgets import DataTable, Input, Select, Static
 
-from gputui.i18n import cell_len, set_language
+from gputui.i18n import cell_len
 from gputui.ui.catalog import CatalogScreen
 from gputui.ui.create import CreateScreen
 from tests.ui.test_catalog_ui import make_app, open_catalog, text_of
@@ -20,21 +18,6 @@ from tests.ui.waits import until
 SIZE = (80, 24)
 
 
-@pytest.fixture
-def utc_clock(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-@pytest.fixture
-def zh():
-    """Chinese before the app starts (tests/conftest.py switches back to English after)."""
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 def _catalog_app(home: Path):

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 
 from gputui.app import GpuTuiApp
 from gputui.config import BudgetSettings, Config
-from gputui.i18n import cell_len, set_language
+from gputui.i18n import cell_len
 from gputui.models import (
     BillingRule,
     Instance,
@@ -28,16 +28,9 @@ from gputui.services.jobs import Job, JobService, QueueView
 from gputui.store import SessionStore
 from tests.conftest import GPUTUI, run_gputui_env
 from tests.ui.test_costs_ui import FROZEN, seeded_app
-from tests.ui.test_costs_ui import utc_clock as utc_clock  # noqa: F401 - a fixture
 from tests.ui.waits import until
 
 SIZE = (80, 24)
-
-
-@pytest.fixture
-def zh():
-    set_language("zh")  # tests/conftest.py puts English back after each test
-    yield
 
 
 def _costs_app(home: Path) -> GpuTuiApp:
@@ -47,19 +40,19 @@ def _costs_app(home: Path) -> GpuTuiApp:
     return app
 
 
-def test_zh_costs_now_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):  # noqa: F811
+def test_zh_costs_now_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):
     assert snap_compare(_costs_app(gputui_home), press=["c"], terminal_size=SIZE)
 
 
-def test_zh_costs_ledger_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):  # noqa: F811
+def test_zh_costs_ledger_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):
     assert snap_compare(_costs_app(gputui_home), press=["c", "2"], terminal_size=SIZE)
 
 
-def test_zh_costs_summary_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):  # noqa: F811
+def test_zh_costs_summary_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):
     assert snap_compare(_costs_app(gputui_home), press=["c", "3"], terminal_size=SIZE)
 
 
-def test_zh_costs_chart_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):  # noqa: F811
+def test_zh_costs_chart_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):
     assert snap_compare(_costs_app(gputui_home), press=["c", "4"], terminal_size=SIZE)
 
 
@@ -128,13 +121,13 @@ async def _on_jobs(pilot) -> None:
     await pilot.pause()
 
 
-def test_zh_jobs_snapshot(snap_compare, gputui_home: Path, utc_clock, zh,  # noqa: F811
+def test_zh_jobs_snapshot(snap_compare, gputui_home: Path, utc_clock, zh,
                           monkeypatch: pytest.MonkeyPatch):
     assert snap_compare(_jobs_app(gputui_home, monkeypatch), terminal_size=SIZE,
                         run_before=_on_jobs)
 
 
-async def test_zh_jobs_columns_and_states(gputui_home: Path, utc_clock, zh,  # noqa: F811
+async def test_zh_jobs_columns_and_states(gputui_home: Path, utc_clock, zh,
                                           monkeypatch: pytest.MonkeyPatch):
     app = _jobs_app(gputui_home, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
@@ -155,7 +148,7 @@ async def test_zh_jobs_columns_and_states(gputui_home: Path, utc_clock, zh,  # n
 # -- what a person is told ------------------------------------------------------------------------
 
 
-async def test_zh_budget_alert_toast_and_ledger_reason(gputui_home: Path, utc_clock,  # noqa: F811
+async def test_zh_budget_alert_toast_and_ledger_reason(gputui_home: Path, utc_clock,
                                                        zh):
     """The lease clock's budget check raises a toast in Chinese (its notice stays English for
     the log); the ledger says why each instance ended in Chinese."""

@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import Checkbox, DataTable, Static
 
 from gputui.config import Config
-from gputui.i18n import cell_len, set_language
+from gputui.i18n import cell_len
 from gputui.models import GpuSample, ProcessSample
 from gputui.services.hub import ServiceError, Services
 from gputui.store import SessionStore
@@ -22,17 +22,8 @@ from tests.ui.test_screen_snapshots import (
     _monitor,
     _monitor_app,
     plain_app,
-    utc_clock,  # noqa: F401 - a fixture, used by name
 )
 from tests.ui.waits import until
-
-
-@pytest.fixture
-def chinese():
-    """The interface in Chinese from before the app starts (conftest resets to English)."""
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 def screen_lines(app) -> list[str]:
@@ -44,19 +35,19 @@ def screen_lines(app) -> list[str]:
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("utc_clock", "chinese")
+@pytest.mark.usefixtures("utc_clock", "zh")
 def test_zh_monitor_overview_snapshot(snap_compare, gputui_home: Path):
     assert snap_compare(_monitor_app(gputui_home), terminal_size=SIZE,
                         run_before=lambda pilot: _monitor(pilot, detail=False))
 
 
-@pytest.mark.usefixtures("utc_clock", "chinese")
+@pytest.mark.usefixtures("utc_clock", "zh")
 def test_zh_monitor_detail_snapshot(snap_compare, gputui_home: Path):
     assert snap_compare(_monitor_app(gputui_home), terminal_size=SIZE,
                         run_before=lambda pilot: _monitor(pilot, detail=True))
 
 
-@pytest.mark.usefixtures("utc_clock", "chinese")
+@pytest.mark.usefixtures("utc_clock", "zh")
 def test_zh_ollama_snapshot_without_an_instance(snap_compare, gputui_home: Path):
     async def ollama(pilot) -> None:
         await pilot.press("o")
@@ -71,7 +62,7 @@ def test_zh_ollama_snapshot_without_an_instance(snap_compare, gputui_home: Path)
 # ------------------------------------------------------------------------------------------
 
 
-async def test_zh_overview_headers_status_line_and_detail(gputui_home: Path, chinese):
+async def test_zh_overview_headers_status_line_and_detail(gputui_home: Path, zh):
     """The overview's headers are Chinese, whole and aligned with their cells; the status line
     counts in Chinese; the detail view's state line, panel labels and process headers too, and
     its status line is not cut at 80 columns."""
@@ -113,7 +104,7 @@ async def test_zh_overview_headers_status_line_and_detail(gputui_home: Path, chi
         assert "按PID排序" in str(app.screen.query_one("#procs-title", Static).render())
 
 
-async def test_zh_waiting_text_and_a_hint(gputui_home: Path, chinese):
+async def test_zh_waiting_text_and_a_hint(gputui_home: Path, zh):
     """A watched instance without a sample yet says so in Chinese; a GPU that stays under
     50 % for minutes gets its hint in Chinese, in the table and in full under it."""
     now = [0.0]
@@ -169,7 +160,7 @@ async def services(gputui_home: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncI
     await hub.close()
 
 
-async def test_zh_ollama_server_line_columns_and_toasts(services: Services, chinese):
+async def test_zh_ollama_server_line_columns_and_toasts(services: Services, zh):
     from gputui.providers.base import CreateRequest
     from gputui.ui.ollama import OllamaScreen
     from tests.ui.test_ollama_ui import OllamaApp, settle

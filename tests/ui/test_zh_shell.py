@@ -4,7 +4,6 @@ choice kept in config.toml). SVG snapshots at 80×24 with fixed data and a froze
 
 from __future__ import annotations
 
-import time
 import tomllib
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -16,7 +15,7 @@ from textual.widgets._footer import FooterKey
 
 from gputui.app import GpuTuiApp
 from gputui.config import Config, config_path
-from gputui.i18n import _, cell_len, current_language, set_language
+from gputui.i18n import _, cell_len, current_language
 from gputui.models import BillingRule, Granularity, Instance, InstanceStatus, Lease
 from gputui.store import SessionStore
 from gputui.ui.widgets import TopBar
@@ -26,20 +25,6 @@ FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 SIZE = (80, 24)
 
 
-@pytest.fixture
-def utc_clock(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-@pytest.fixture
-def zh():
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 def make_app(home: Path, *, instances: bool) -> GpuTuiApp:
