@@ -5,7 +5,6 @@ the waiting text, a hint, the Ollama server line) checked with Pilot."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,9 @@ from textual.widgets import Checkbox, DataTable, Static
 from gputui.config import Config
 from gputui.i18n import cell_len
 from gputui.models import GpuSample, ProcessSample
-from gputui.services.hub import ServiceError, Services
-from gputui.store import SessionStore
+from gputui.services.hub import Services
 from gputui.ui.livetable import LiveTable
+from tests.ui.test_ollama_ui import services as ollama_services  # noqa: F401 (a fixture)
 from tests.ui.test_screen_snapshots import (
     SIZE,
     _monitor,
@@ -138,26 +137,6 @@ async def test_zh_waiting_text_and_a_hint(gputui_home: Path, zh):
 # ------------------------------------------------------------------------------------------
 # Ollama with a sandbox instance (real SSH, the sandbox's Ollama)
 # ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def services(gputui_home: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Services]:
-    from gputui.sandbox.shims import state
-
-    monkeypatch.setitem(state.SHIMS, "ollama", "ollama_shim")
-    monkeypatch.setenv("GPUTUI_SANDBOX_OLLAMA_TIME_SCALE", "0.2")
-    for name in ("OLLAMA_HOST", "CUDA_VISIBLE_DEVICES", "OLLAMA_KEEP_ALIVE"):
-        monkeypatch.delenv(name, raising=False)
-    store = SessionStore(gputui_home / "state.db")
-    hub = Services(store, Config(), state_dir=gputui_home, sandbox_boot_seconds=0,
-                   link_options={"connect_timeout": 5.0})
-    yield hub
-    for inst in store.instances_sync(live_only=True):
-        try:
-            await hub.release(inst, "manual")
-        except ServiceError:
-            pass
-    await hub.close()
 
 
 async def test_zh_ollama_server_line_columns_and_toasts(services: Services, zh):
