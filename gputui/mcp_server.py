@@ -298,7 +298,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         from pydantic import ValidationError
 
         from gputui.providers.base import CreateRequest
-        from gputui.services.leases import LeaseService
+        from gputui.services.leases import session_leases
 
         delta = gw.duration(release_after or gw.config.mcp.default_release, "release_after")
         if count is not None and not 1 <= count <= 64:
@@ -328,7 +328,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
                       idle_util_pct=idle_util_pct, idle_minutes=idle_minutes)
         try:
             inst = await services.create(provider, offer, request, lease=lease)
-            await LeaseService(services).arm(inst)
+            await session_leases(services).arm(inst)
         except GputuiError as exc:
             raise _fail(exc) from None
         result = gw.view(services.store.get_instance_sync(inst.id) or inst)
@@ -345,7 +345,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
     @server.tool()
     async def extend(name: str, by: str = "1h", confirm: bool = False) -> dict[str, Any]:
         """Move an instance's release time later by BY (e.g. 1h, 30m)."""
-        from gputui.services.leases import LeaseService
+        from gputui.services.leases import session_leases
 
         inst = gw.find(name)
         delta = gw.duration(by, "by")
@@ -358,7 +358,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         extra = inst.billing.price_per_hour * Decimal(delta.total_seconds()) / Decimal(3600)
         gw.check_spend(extra, inst.billing.currency, f"extending {inst.name} by {by}", confirm)
         try:
-            await LeaseService(gw.services).extend(inst, by=delta)
+            await session_leases(gw.services).extend(inst, by=delta)
         except GputuiError as exc:
             raise _fail(exc) from None
         return gw.view(gw.services.store.get_instance_sync(inst.id) or inst)

@@ -95,12 +95,12 @@ def cmd_extend(args: argparse.Namespace) -> int:
     from gputui.format import format_remaining
 
     async def body(services) -> int:
-        from gputui.services.leases import LeaseService
+        from gputui.services.leases import session_leases
 
         inst = services.store.find_instance_sync(args.name)
         if not inst.status.live:
             raise CommandError(_not_live(inst))
-        leases = LeaseService(services)
+        leases = session_leases(services)
         if args.to:
             lease = await leases.extend(inst, to=check_release_at(_parse_clock(args.to, "--to"),
                                                                   "--to"))
@@ -119,9 +119,9 @@ def cmd_extend(args: argparse.Namespace) -> int:
 
 def cmd_reap(args: argparse.Namespace) -> int:
     async def body(services) -> int:
-        from gputui.services.leases import LeaseService
+        from gputui.services.leases import session_leases
 
-        result = await LeaseService(services).reap()
+        result = await session_leases(services).reap()
         if args.json:
             print_json({"released": result.released, "errors": result.errors,
                         "unreadable": list(services.store.unreadable.values())})
@@ -338,9 +338,9 @@ def _parse_clock(text: str, field: str = "--release-at"):  # -> datetime (UTC)
 
 
 async def _arm_lease(services, inst):
-    from gputui.services.leases import LeaseService
+    from gputui.services.leases import session_leases
 
-    await LeaseService(services).arm(inst)
+    await session_leases(services).arm(inst)
     return inst
 
 

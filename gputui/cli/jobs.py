@@ -336,7 +336,7 @@ async def _rent(services: Any, args: argparse.Namespace) -> Any:
     from gputui.config import parse_duration
     from gputui.models import Lease, utcnow
     from gputui.providers.base import CreateRequest
-    from gputui.services.leases import LeaseService
+    from gputui.services.leases import session_leases
 
     text = args.release_after or services.config.lease.default_release
     try:
@@ -351,7 +351,7 @@ async def _rent(services: Any, args: argparse.Namespace) -> Any:
     lease = Lease(instance_id="pending", release_at=utcnow() + delta)
     inst = await services.create(args.provider, offer, request, lease=lease,
                                  progress=lambda m: print(f"  {name}: {m}", file=sys.stderr))
-    await LeaseService(services).arm(inst)
+    await session_leases(services).arm(inst)
     return inst
 
 

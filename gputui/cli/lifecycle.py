@@ -44,9 +44,9 @@ def cmd_start(args: argparse.Namespace) -> int:
         progress = None if args.json else (lambda m: print(f"  {status_text(m)}",
                                                            file=sys.stderr))
         fresh = await services.start(inst, progress=progress)
-        from gputui.services.leases import LeaseService
+        from gputui.services.leases import session_leases
 
-        await LeaseService(services).arm(fresh)
+        await session_leases(services).arm(fresh)
         view = instance_view(fresh, services.store.get_lease_sync(inst.id))
         if args.json:
             print_json(view)

@@ -42,7 +42,7 @@ async def add_ssh_host(
     is used for this process only and never stored.
     """
     from gputui.services.hub import default_lease
-    from gputui.services.leases import LeaseService
+    from gputui.services.leases import session_leases
 
     if lease is None:
         lease = default_lease(services.config)
@@ -93,5 +93,5 @@ async def add_ssh_host(
     await services.store.put_lease(lease.model_copy(update={"instance_id": inst.id}))
     if password is not None:  # the pool's link must log in the same way, this process only
         services.links.get(inst.id, endpoint).set_password(password)
-    await LeaseService(services).arm(inst)  # a failure is a notice; the console still holds
+    await session_leases(services).arm(inst)  # a failure is a notice; the console still holds
     return inst
