@@ -20,6 +20,7 @@ from gputui.services.ollama.common import (
     MIB,
     SHOWN_ENV,
     FitRefused,
+    OllamaBadInput,
     OllamaServiceError,
 )
 from gputui.services.ollama.fit import (
@@ -27,6 +28,7 @@ from gputui.services.ollama.fit import (
     _human,
 )
 from gputui.services.ollama.gpus import (
+    cuda_visible_value,
     gpu_words,
     parse_gpu_selection,
 )
@@ -169,8 +171,8 @@ async def _command(
 ) -> int:
     needs_arg = {"pull", "rm", "load", "unload", "fit"}
     if action in needs_arg and not arg:
-        raise OllamaServiceError(_("ollama {action}: give a model name (e.g. qwen2.5:7b)")
-                                 .format(action=action))
+        raise OllamaBadInput(_("ollama {action}: give a model name (e.g. qwen2.5:7b)")
+                             .format(action=action))
     if action == "status":
         st = await svc.status(inst)
         if as_json:
@@ -297,6 +299,8 @@ async def _command(
             return 0
         indices = parse_gpu_selection(arg)
         st = await svc.status(inst)
+        if indices is not None:
+            cuda_visible_value(st.gpus, indices)  # a GPU it does not have: said before anything
         running: list[RunningModel] = []
         if st.reachable:
             with contextlib.suppress(OllamaServiceError):

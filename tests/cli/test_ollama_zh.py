@@ -86,6 +86,13 @@ def _check_in_chinese(gputui_home: Path) -> None:
     assert verify.stdout.strip() == "Ollama 占用 0 GiB 显存：与所选一致（GPU 1）"
 
     missing = zh(gputui_home, "ollama", "serve", "load")
-    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr  # bad input
     assert missing.stderr.strip().splitlines() == [
         "gputui: ollama load：请给出模型名（如 qwen2.5:7b）"]
+
+    # a GPU the instance does not have: bad input, said before any restart is announced
+    nine = zh(gputui_home, "ollama", "serve", "gpus", "9")
+    assert nine.returncode == 2
+    assert nine.stderr.strip().splitlines() == ["gputui: 该实例上没有 GPU 9（现有 GPU：0, 1）"]
+    after = json.loads(zh(gputui_home, "ollama", "serve", "status", "--json").stdout)
+    assert after["state"] == "running" and after["selected"] == [1]  # untouched

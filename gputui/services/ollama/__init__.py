@@ -37,6 +37,7 @@ from gputui.services.ollama.common import (
     INSTALL_COMMAND,
     SHOWN_ENV,
     FitRefused,
+    OllamaBadInput,
     OllamaServiceError,
 )
 from gputui.services.ollama.fit import (
@@ -92,6 +93,7 @@ __all__ = [
     "LoadResult",
     "ModelEstimate",
     "OllamaService",
+    "OllamaBadInput",
     "OllamaServiceError",
     "OllamaStatus",
     "PlacementReport",

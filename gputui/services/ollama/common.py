@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from gputui.errors import EXIT_BAD_INPUT, BadInput
 from gputui.i18n import shown
 from gputui.services.errors import ServiceError
 
@@ -38,6 +39,12 @@ _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 class OllamaServiceError(ServiceError):
     """A one-line message for the user."""
+
+
+class OllamaBadInput(OllamaServiceError, BadInput):
+    """What was asked cannot be (a GPU the instance does not have, no model named): exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class FitRefused(OllamaServiceError):

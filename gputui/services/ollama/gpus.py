@@ -10,6 +10,7 @@ from gputui.i18n import N_, _
 from gputui.i18n import Deferred as D
 from gputui.services.ollama.common import (
     MIB,
+    OllamaBadInput,
     OllamaServiceError,
 )
 from gputui.services.ollama.probe import (
@@ -105,7 +106,7 @@ def cuda_visible_value(gpus: Sequence[GpuInfo], indices: Sequence[int]) -> str:
         gpu = by_index.get(index)
         if gpu is None:
             known = ", ".join(str(i) for i in sorted(by_index)) or _("none")
-            raise OllamaServiceError(_("no GPU {index} on this instance (GPUs: {known})").format(
+            raise OllamaBadInput(_("no GPU {index} on this instance (GPUs: {known})").format(
                 index=index, known=known))
         out.append(gpu.uuid or str(index))
     return ",".join(out)
