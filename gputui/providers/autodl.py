@@ -58,7 +58,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gputui.config import AUTODL_TOKEN_ENV
 from gputui.errors import BadInput, said, without_prefix
@@ -80,7 +80,7 @@ from gputui.providers.base import (
     ProviderContext,
     ProviderError,
 )
-from gputui.providers.lambda_cloud import ApiKey, mask_key
+from gputui.providers.rest import ApiKey, KeyedHttpClient, mask_key
 
 if TYPE_CHECKING:
     import httpx
@@ -260,7 +260,7 @@ class _Ambiguous(Exception):
 # -- the provider ------------------------------------------------------------------------------
 
 
-class AutoDLProvider(Provider):
+class AutoDLProvider(KeyedHttpClient, Provider):
     name = "autodl"
     label = N_("AutoDL (Pro, ¥)")
     currency = CURRENCY
@@ -332,8 +332,6 @@ class AutoDLProvider(Provider):
         self.min_balance = Decimal(settings.min_balance)
         self.at_deadline = settings.at_deadline
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
         self.warnings: list[str] = []
 
     def __repr__(self) -> str:
@@ -346,37 +344,19 @@ class AutoDLProvider(Provider):
             return Deferred(N_("no token (set {env})"), env=ENV_KEY)
         return Deferred(N_("{key} from {source}"), key=self._key.masked, source=self.key_source)
 
-    def _scrub(self, text: str) -> str:
-        return self._key.scrub(text) if self._key else text
-
     # -- HTTP ----------------------------------------------------------------------------------
 
-    def _http(self) -> httpx.AsyncClient:
-        import httpx
+    HEADERS: ClassVar[dict[str, str]] = {**KeyedHttpClient.HEADERS,
+                                         "Content-Type": "application/json"}
 
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client.is_closed or self._client_loop is not loop:
-            if self._key is None:
-                raise AutoDLAuthError(Deferred(
-                    N_("autodl: no token — set {env}, or token under [providers.autodl] in "
-                       "config.toml (mode 0600); make one in {page}"),
-                    env=ENV_KEY, page=TOKEN_PAGE))
-            key = self._key
+    def _authorization(self, key: ApiKey) -> str:
+        return key.reveal()  # bare: no "Bearer"
 
-            class _Token(httpx.Auth):
-                def auth_flow(self, request: httpx.Request) -> Any:
-                    request.headers["Authorization"] = key.reveal()  # bare: no "Bearer"
-                    yield request
-
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url, auth=_Token(), transport=self._transport,
-                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
-                headers={"Content-Type": "application/json", "Accept": "application/json",
-                         "User-Agent": "gputui"},
-                follow_redirects=False,
-            )
-            self._client_loop = loop
-        return self._client
+    def _no_key_error(self) -> Exception:
+        return AutoDLAuthError(Deferred(
+            N_("autodl: no token — set {env}, or token under [providers.autodl] in "
+               "config.toml (mode 0600); make one in {page}"),
+            env=ENV_KEY, page=TOKEN_PAGE))
 
     def _delay(self, attempt: int, retry_after: float | None = None) -> float:
         delay = min(self.backoff_max, self.backoff * 2 ** (attempt - 1))
@@ -457,12 +437,6 @@ class AutoDLProvider(Provider):
             delay = self._delay(attempt, retry_after)
             log.info("%s (retrying in %.1f s)", self._scrub(str(err)), delay)
             await asyncio.sleep(delay)
-
-    async def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            with contextlib.suppress(Exception):
-                await client.aclose()
 
     # -- reading -----------------------------------------------------------------------------------
 

@@ -77,6 +77,11 @@ from gputui.providers.base import (
     ProviderContext,
     ProviderError,
 )
+from gputui.providers.rest import (  # noqa: F401 (ApiKey, mask_key: imported from here too)
+    ApiKey,
+    KeyedHttpClient,
+    mask_key,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -101,53 +106,6 @@ _ENDED = ("terminating", "terminated", "preempted")
 
 
 # -- the key ----------------------------------------------------------------------------------
-
-
-def mask_key(key: str | None) -> str:
-    """`secret_abc…wxyz` → `sec…wxyz`: enough to tell keys apart, never enough to use one."""
-    if not key:
-        return "(none)"
-    key = key.strip()
-    if len(key) < 12:
-        return "…" + "*" * 4
-    return f"{key[:3]}…{key[-4:]}"
-
-
-class ApiKey:
-    """The API key, kept out of every repr, str, log line and pickle."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        value = value.strip()
-        if not value or any(c.isspace() or ord(c) < 32 for c in value):
-            raise ValueError(Deferred(
-                N_("an API key is one word with no spaces or control characters")))
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    @property
-    def masked(self) -> str:
-        return mask_key(self._value)
-
-    def scrub(self, text: str) -> str:
-        """`text` with the key (and any bearer/basic credential) masked."""
-        if self._value in text:
-            text = text.replace(self._value, self.masked)
-        return _CREDENTIAL.sub(lambda m: f"{m.group(1)} {mask_key(m.group(2))}", text)
-
-    def __repr__(self) -> str:
-        return f"ApiKey({self.masked})"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> Any:
-        raise TypeError("an ApiKey is not picklable")
-
-
-_CREDENTIAL = re.compile(r"\b(Bearer|Basic)\s+([A-Za-z0-9._~+/=-]{8,})", re.I)
 
 
 def lambda_enabled(config: Config, env: Mapping[str, str] | None = None) -> bool:
@@ -322,7 +280,7 @@ def _retry_after(value: str | None) -> float | None:
 # -- the provider -----------------------------------------------------------------------------------
 
 
-class LambdaProvider(Provider):
+class LambdaProvider(KeyedHttpClient, Provider):
     name = "lambda"
     label = "Lambda Cloud"
     capabilities = Capabilities(
@@ -388,8 +346,6 @@ class LambdaProvider(Provider):
         self.backoff = backoff
         self.backoff_max = backoff_max
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
         self._pace_lock = asyncio.Lock()
         self._next_slot: dict[str, float] = {"any": 0.0, "launch": 0.0}
         self._key_name: str | None = None
@@ -407,36 +363,16 @@ class LambdaProvider(Provider):
             return Deferred(N_("no API key (set {env})"), env=ENV_KEY)
         return Deferred(N_("{key} from {source}"), key=self._key.masked, source=self.key_source)
 
-    def _scrub(self, text: str) -> str:
-        return self._key.scrub(text) if self._key else text
-
     # -- HTTP -------------------------------------------------------------------------------------
 
-    def _http(self) -> httpx.AsyncClient:
-        import httpx
+    def _authorization(self, key: ApiKey) -> str:
+        return f"Bearer {key.reveal()}"
 
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client.is_closed or self._client_loop is not loop:
-            if self._key is None:
-                raise ProviderError(Deferred(
-                    N_("lambda: no API key — set {env}, or api_key under [providers.lambda] in "
-                       "config.toml (mode 0600); make one at {dashboard}"),
-                    env=ENV_KEY, dashboard=KEY_DASHBOARD))
-            key = self._key
-
-            class _Bearer(httpx.Auth):
-                def auth_flow(self, request: httpx.Request) -> Any:
-                    request.headers["Authorization"] = f"Bearer {key.reveal()}"
-                    yield request
-
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url, auth=_Bearer(), transport=self._transport,
-                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
-                headers={"Accept": "application/json", "User-Agent": "gputui"},
-                follow_redirects=False,
-            )
-            self._client_loop = loop
-        return self._client
+    def _no_key_error(self) -> Exception:
+        return ProviderError(Deferred(
+            N_("lambda: no API key — set {env}, or api_key under [providers.lambda] in "
+               "config.toml (mode 0600); make one at {dashboard}"),
+            env=ENV_KEY, dashboard=KEY_DASHBOARD))
 
     async def _pace(self, kind: str) -> None:
         interval = self.launch_interval if kind == "launch" else self.request_interval
@@ -548,12 +484,6 @@ class LambdaProvider(Provider):
         line = Deferred(N_("lambda: {what}: {text}{more}"), what=what, text=text, more=more)
         return LambdaApiError(line, status=status, code=code, retryable=transient,
                               retry_after=retry_after)
-
-    async def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            with contextlib.suppress(Exception):
-                await client.aclose()
 
     # -- offers -------------------------------------------------------------------------------------
 
