@@ -50,7 +50,8 @@ class TopBar(Static):
             meter = _("nothing billing")
         elif len(self.by_currency) > 1 or (self.by_currency and self.by_currency[0][0] != "USD"):
             meter = _("{count} live {figures}").format(count=self.billing_count, figures=" · ".join(
-                f"{format_money(r, c)}/h {format_money(a, c)}" for c, r, a in self.by_currency))
+                _("{rate}/h {accrued}").format(rate=format_money(r, c), accrued=format_money(a, c))
+                for c, r, a in self.by_currency))
         else:
             meter = _("{count} live {rate}/h · {accrued} so far").format(
                 count=self.billing_count, rate=format_money(self.rate),
