@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -146,10 +148,6 @@ class GpuTuiApp(App[int]):
             self._config = load_config()
         return self._config
 
-    @config.setter
-    def config(self, value: Config) -> None:
-        self._config = value
-
     @property
     def store(self) -> SessionStore:
         if self._store is None:
@@ -280,8 +278,6 @@ class GpuTuiApp(App[int]):
         """What start-up made lives as long as the app: leave it out of the garbage collector's
         full passes (each walked every Textual and pydantic object: pauses of 100-250 ms in the
         middle of a screen switch)."""
-        import gc
-
         gc.collect()
         gc.freeze()
 
@@ -410,8 +406,6 @@ class GpuTuiApp(App[int]):
     def keeper_note(self) -> str:
         """"deadlines kept by the daemon" while a `gputui daemon` runs on this state (asked
         every 5 s: an open and a flock)."""
-        import time
-
         now = time.monotonic()
         if not getattr(self, "_first_frame", False):
             return ""  # asked once the first frame is up (the daemon module waits till then)
@@ -442,18 +436,12 @@ class GpuTuiApp(App[int]):
         is coming, not in the middle of a screen switch: Python's own full passes are turned
         off (young objects are still collected as usual) and the 1 s tick runs one once the
         keyboard has been quiet for IDLE_BEFORE_COLLECTING seconds, at most every 10 s."""
-        import gc
-        import time
-
         first, second, _third = gc.get_threshold()
         gc.set_threshold(first, second, 1_000_000)  # gen-1 passes before a full one: never
         self._collect_when_idle = True
         self._last_full_collection = time.monotonic()
 
     def _idle_collect(self) -> None:
-        import gc
-        import time
-
         now = time.monotonic()
         since = now - self._last_full_collection
         quiet = now - self._last_key >= self.IDLE_BEFORE_COLLECTING
@@ -463,8 +451,6 @@ class GpuTuiApp(App[int]):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key):
-            import time
-
             self._last_key = time.monotonic()
         await super().on_event(event)
 

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from gputui.cli.output import print_json
 from gputui.errors import exit_code, one_line
 from gputui.format import short_gpu
-from gputui.i18n import N_, _, cell_len, shown
+from gputui.i18n import N_, _, cell_len, pad_cells, shown
 from gputui.services.catalog import (
     COLUMNS,
     DEFAULT_SORT,
@@ -123,8 +123,7 @@ def fit_command(
     )
     print(_("Needs {total_gib:.1f} GiB on one GPU:").format(total_gib=e.total_gib), file=out)
     for part in e.all_parts:
-        name = _(part_label(part.name))
-        print(f"  {name}{' ' * max(1, 13 - cell_len(name))}{part.gib:>8.2f} GiB  "
+        print(f"  {pad_cells(_(part_label(part.name)), 12)} {part.gib:>8.2f} GiB  "
               f"{shown(part.assumption)}", file=out)
     for note in e.notes:
         print(_("Note: {note}").format(note=shown(note)), file=out)
@@ -209,13 +208,9 @@ def _print_table(
     """Columns measured and padded by terminal cells (a Chinese character takes two)."""
     widths = [max(cell_len(h), *(cell_len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
-    def pad(text: str, width: int, lft: bool) -> str:
-        gap = " " * (width - cell_len(text))
-        return text + gap if lft else gap + text
-
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
-            pad(c, w, lft) for c, w, lft in zip(cells, widths, left, strict=True)
+            pad_cells(c, w, "<" if lft else ">") for c, w, lft in zip(cells, widths, left, strict=True)
         ).rstrip()
 
     print(line(headers), file=out)

@@ -17,7 +17,8 @@ FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 
-def app_with_data(home: Path, theme: str) -> GpuTuiApp:
+def app_with_data(home: Path, theme: str | None = None) -> GpuTuiApp:
+    """Home with two sandbox instances (one with a timer, one without), the clock frozen."""
     store = SessionStore(home / "state.db")
     t0 = datetime(2026, 11, 29, 10, 15, tzinfo=UTC)
     rows = [

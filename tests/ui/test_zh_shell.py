@@ -16,9 +16,9 @@ from textual.widgets._footer import FooterKey
 from gputui.app import GpuTuiApp
 from gputui.config import Config, config_path
 from gputui.i18n import _, cell_len, current_language
-from gputui.models import BillingRule, Granularity, Instance, InstanceStatus, Lease
 from gputui.store import SessionStore
 from gputui.ui.widgets import TopBar
+from tests.ui.test_snapshots import app_with_data
 from tests.ui.waits import shown, until
 
 FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -29,25 +29,10 @@ SIZE = (80, 24)
 
 def make_app(home: Path, *, instances: bool) -> GpuTuiApp:
     """Home with two sandbox instances (one with a timer, one without), or none."""
-    store = SessionStore(home / "state.db")
     if instances:
-        t0 = datetime(2026, 11, 29, 10, 15, tzinfo=UTC)
-        rows = [
-            ("a1", "qwen-lora", "GeForce RTX 4090", 1, "0.34", "2026-11-29T13:45:00+00:00"),
-            ("a2", "llama70b-serve", "H100 SXM", 2, "5.38", None),
-        ]
-        for iid, name, gpu, count, price, release in rows:
-            store.put_instance_sync(Instance(
-                id=iid, name=name, provider="sandbox", gpu=gpu, gpu_count=count,
-                billing=BillingRule(price_per_hour=Decimal(price), granularity=Granularity.MINUTE),
-                status=InstanceStatus.RUNNING, created_at=t0, running_since=t0,
-            ))
-            store.put_lease_sync(Lease(
-                instance_id=iid,
-                release_at=datetime.fromisoformat(release) if release else None,
-                no_timer_confirmed=release is None,
-            ))
-    app = GpuTuiApp(config=Config(), store=store, remember_theme=False, background=False)
+        return app_with_data(home)
+    app = GpuTuiApp(config=Config(), store=SessionStore(home / "state.db"),
+                    remember_theme=False, background=False)
     app.now = lambda: FROZEN
     return app
 
