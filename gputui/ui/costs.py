@@ -13,6 +13,7 @@ from textual.widgets import ContentSwitcher, DataTable, Static
 
 from gputui.format import (
     end_reason_text,
+    fit_name,
     format_money,
     format_remaining,
     short_gpu,
@@ -31,6 +32,7 @@ from gputui.services.costs import (
 )
 from gputui.store import InstanceChanged, LeaseChanged, LedgerChanged
 from gputui.ui.base import BaseScreen, StoreEvent
+from gputui.ui.widgets import LABEL_CELLS
 
 # What matters most first: an 80-column pane cuts from the right, so the split of a total into
 # compute and storage (and the provider) come last.
@@ -131,7 +133,7 @@ class CostsScreen(BaseScreen):
         release = format_remaining(
             (cost.release_at - now).total_seconds() if cost.release_at else None)
         return {
-            "name": Text(inst.name),
+            "name": Text(fit_name(inst.name, LABEL_CELLS)),
             "state": status_text(cost.billing_state),
             "rate": format_money(cost.rate, cur),
             "compute": format_money(cost.compute, cur),
@@ -205,7 +207,7 @@ class CostsScreen(BaseScreen):
             if e.instance_id in present:
                 continue
             cells = {
-                "ended": e.ended_at.astimezone().strftime("%m-%d %H:%M"), "name": Text(e.name),
+                "ended": e.ended_at.astimezone().strftime("%m-%d %H:%M"), "name": Text(fit_name(e.name, LABEL_CELLS)),
                 "gpu": Text(f"{e.gpu_count}× {short_gpu(e.gpu)}"),
                 "hours": f"{e.running_seconds / 3600:.2f}",
                 "total": format_money(e.total, e.currency),

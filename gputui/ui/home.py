@@ -13,10 +13,11 @@ from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
-from gputui.format import format_money, format_remaining, short_gpu, status_text
+from gputui.format import fit_name, format_money, format_remaining, short_gpu, status_text
 from gputui.i18n import N_, _, cell_len, shown
 from gputui.ui.base import BaseScreen, StoreEvent
 from gputui.ui.dialogs import on_answer
+from gputui.ui.widgets import LABEL_CELLS
 
 if TYPE_CHECKING:  # (the first frame is drawn before the models are loaded)
     from gputui.models import Instance, Lease
@@ -131,7 +132,7 @@ class HomeScreen(BaseScreen):
         link, _detail = self.gapp.store.link(inst.id)
         provider = inst.provider  # "sandbox" says it; "(simulated)" was cut at 80 columns
         return {
-            "name": Text(inst.name),  # a label is the user's text, never markup
+            "name": Text(fit_name(inst.name, LABEL_CELLS)),  # a label is the user's text, never markup
             "provider": provider,
             "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
             "status": _status_text(inst, now),

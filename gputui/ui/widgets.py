@@ -14,6 +14,10 @@ from textual.widgets._footer import FooterKey
 from gputui.format import format_money
 from gputui.i18n import _, cell_len
 
+#: an instance's label in a table, at most (cut in the middle, where generated names differ):
+#: a long one must not push the status and cost off an 80-column screen
+LABEL_CELLS = 20
+
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 
 

@@ -202,3 +202,38 @@ async def test_a_provider_that_cannot_be_made_is_left_out_with_a_reason(gputui_h
     assert any("lambda" in n.lower() for n in notices)  # said why
     assert [name for name, _ in svc.providers.items()] == ["sandbox", "ssh"]
     await svc.close()
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+async def test_a_long_label_does_not_push_status_and_cost_off_80_columns(
+        gputui_home: Path, language: str):
+    """A 60-cell label (Chinese and markup-looking text) is cut in the middle on Home and Costs:
+    the status, the countdown and the cost stay on an 80-column screen."""
+    from gputui.i18n import set_language
+    from gputui.ui.costs import CostsScreen
+    from gputui.ui.home import HomeScreen
+
+    set_language(language)
+    store = SessionStore(gputui_home / "state.db")
+    t0 = FROZEN
+    long = "[b]lora[/b]x训练任务-非常非常长的名字-qwen2.5-72b-instruct-00d7"
+    store.put_instance_sync(Instance(
+        id="i-1", name=long, provider="sandbox", gpu="GeForce RTX 4090", gpu_count=1,
+        billing=BillingRule(price_per_hour=Decimal("0.35")), status=InstanceStatus.RUNNING,
+        created_at=t0, running_since=t0))
+    store.close()
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot, HomeScreen)
+
+        def row_line() -> str:
+            lines = [strip.text for strip in app.screen._compositor.render_strips()]
+            return next((line for line in lines if "00d7" in line), "")
+
+        await until(pilot, lambda: "$0.00" in row_line(), "the row with its cost on screen")
+        line = row_line()
+        assert "[b]lora" in line and "…" in line and line.index("00d7") < 30
+        assert ("running" if language == "en" else "运行中") in line
+        await pilot.press("c")
+        await settle(app, pilot, CostsScreen)
+        await until(pilot, lambda: "$0.35" in row_line(), "the Costs row with its rate")
