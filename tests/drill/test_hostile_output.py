@@ -68,8 +68,13 @@ async def test_labels_that_look_like_markup_are_shown_as_typed(gputui_home: Path
                                      status=InstanceStatus.RUNNING))
     app = GpuTuiApp(config=Config(), store=store, background=False)
     async with app.run_test(size=(80, 24)) as pilot:
+        from gputui.format import fit_name
+        from gputui.ui.widgets import LABEL_CELLS
+
         table = app.screen.query_one(DataTable)
-        assert str(table.get_cell("m", "name")) == name
+        # as typed (a long label cut in the middle), never read as markup
+        assert str(table.get_cell("m", "name")) == fit_name(name, LABEL_CELLS)
+        assert str(table.get_cell("m", "name")).startswith("[/] [b]not")
         for key in ("c", "m", "h"):
             await pilot.press(key)
             await pilot.pause(0.3)
