@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures" / "nvidia-smi"
 
 
 @pytest.fixture(autouse=True)

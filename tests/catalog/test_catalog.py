@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import tomllib
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -29,10 +28,7 @@ from gputui.catalog import (
     reference_offers,
 )
 from gputui.models import Granularity, Offer
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-REFERENCE_SPECS = SHARED / "reference" / "gpu-specs.toml"
-FIXTURES = SHARED / "fixtures" / "nvidia-smi"
+from tests.shared import captures_dir, reference
 
 # ---------------------------------------------------------------------------------------- specs
 
@@ -53,20 +49,20 @@ def test_specs_are_cached_but_callers_get_their_own_dict():
     assert "rtx_4090" in load_specs()
 
 
-@pytest.mark.skipif(not REFERENCE_SPECS.exists(), reason="../shared/reference not present")
 def test_every_card_equals_the_reference_data():
-    reference = {
-        k: v for k, v in tomllib.loads(REFERENCE_SPECS.read_text()).items() if isinstance(v, dict)
+    reference_specs = reference("gpu-specs.toml")
+    reference_data = {
+        k: v for k, v in tomllib.loads(reference_specs.read_text()).items() if isinstance(v, dict)
     }
     specs = load_specs()
-    assert set(specs) == set(reference)
+    assert set(specs) == set(reference_data)
     renamed = {
         "fp16_tensor_tflops_dense": "fp16_tflops",
         "bf16_tensor_tflops_dense": "bf16_tflops",
         "fp8_tensor_tflops_dense": "fp8_tflops",
         "int8_tensor_tops_dense": "int8_tops",
     }
-    for key, ref in reference.items():
+    for key, ref in reference_data.items():
         spec = specs[key]
         for field, value in ref.items():
             assert getattr(spec, renamed.get(field, field)) == value, (key, field)
@@ -91,7 +87,7 @@ def test_usable_memory_follows_what_nvidia_smi_reports():
 def _fixture_gpus() -> list[tuple[str, int]]:
     """(product name, memory.total MiB) for every GPU of the real nvidia-smi captures."""
     found = []
-    for f in sorted(FIXTURES.iterdir()):
+    for f in sorted(captures_dir().iterdir()):
         text = f.read_text(errors="replace")
         if f.suffix == ".xml":
             for sec in re.split(r"<gpu id=", text)[1:]:
@@ -109,7 +105,6 @@ def _fixture_gpus() -> list[tuple[str, int]]:
     return found
 
 
-@pytest.mark.skipif(not FIXTURES.exists(), reason="../shared/fixtures not present")
 def test_real_nvidia_smi_names_map_to_cards_and_memory_matches():
     gpus = _fixture_gpus()
     mapped = {}

@@ -15,7 +15,7 @@ import pytest
 
 from gputui.models import BillingRule, Instance, InstanceStatus, Lease, utcnow
 from gputui.store import SessionStore
-from tests.conftest import FIXTURES, GPUTUI, run_gputui_env
+from tests.conftest import GPUTUI, run_gputui_env
 
 
 def gputui(home: Path, *args: str, env: dict[str, str] | None = None,
@@ -220,8 +220,10 @@ def test_instances_table_in_chinese_is_aligned(gputui_home: Path):
     assert len(starts) == 1
 
 
-def test_doctor_diagnosis_and_fix_in_chinese(gputui_home: Path):
-    capture = FIXTURES / "issue-excerpt__nvidia-container-toolkit-1227__nvml-unknown-error.txt"
+def test_doctor_diagnosis_and_fix_in_chinese(gputui_home: Path, tmp_path: Path):
+    # nvidia-smi's own words in a container that lost its /dev/nvidia* mounts.
+    capture = tmp_path / "nvidia-smi.txt"
+    capture.write_text("Failed to initialize NVML: Unknown Error\n", encoding="utf-8")
     out = zh(gputui_home, "smi", "--input", str(capture))
     assert out.returncode == 1
     line = one_error_line(out)

@@ -26,8 +26,8 @@ from tests.services.test_telemetry_support import (
     rent,
     start_load,
 )
+from tests.shared import capture
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "nvidia-smi"
 GPU_KEYS = {"index", "name", "uuid", "utilization_gpu", "memory_used_mib", "memory_total_mib",
             "temperature_c", "power_draw_w", "power_limit_w"}
 
@@ -50,11 +50,7 @@ async def services(gputui_home: Path):
     await svc.close()
 
 
-def fixture(name: str) -> Path:
-    path = FIXTURES / name
-    if not path.is_file():
-        pytest.skip(f"../shared/fixtures not present: {name}")
-    return path
+fixture = capture
 
 
 # -- smi --local -----------------------------------------------------------------------------

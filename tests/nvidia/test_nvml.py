@@ -8,7 +8,6 @@ the `pynvml` module that raises real `pynvml.NVMLError`s.
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,15 +16,9 @@ import pytest
 
 from gputui.nvidia.diagnose import DIAGNOSES, Diagnosis, diagnose_nvidia_smi
 from gputui.nvidia.nvml import LocalReading, NvmlUnavailable, diagnosis_for_nvml_error, read_local
+from tests.shared import capture_text
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
-
-
-def fixture_text(name: str) -> str:
-    path = FIXTURES / name
-    if not path.is_file():
-        pytest.skip(f"../shared/fixtures not present (fresh clone): {name} is missing")
-    return path.read_text(encoding="utf-8")
+fixture_text = capture_text
 
 
 def _nvml_library_present() -> bool:

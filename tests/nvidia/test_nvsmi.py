@@ -34,26 +34,17 @@ from gputui.nvidia.nvsmi import (
     sanitize,
     xml_samples,
 )
+from tests.shared import capture, captures_dir
 
 # --------------------------------------------------------------------------------------------
 # Fixture helpers (fixtures are read in place, never copied into the repo)
 # --------------------------------------------------------------------------------------------
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
 _RULE = "#" * 80
 
 
-def fixture_dir() -> Path:
-    if not FIXTURES.is_dir():
-        pytest.skip(f"../shared/fixtures not present (fresh clone): {FIXTURES} is missing")
-    return FIXTURES
-
-
-def fixture(name: str) -> Path:
-    path = fixture_dir() / name
-    if not path.is_file():
-        pytest.skip(f"../shared/fixtures not present (fresh clone): {name} is missing")
-    return path
+fixture_dir = captures_dir
+fixture = capture
 
 
 def read(name: str) -> str:

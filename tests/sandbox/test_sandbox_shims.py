@@ -37,17 +37,13 @@ from gputui.sandbox.shims.state import (
     register_process,
     schedule_poweroff,
 )
+from tests.shared import capture, capture_names
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
 H100_CAPTURE = "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 RTX4080_CAPTURE = "nvidia_gpu_exporter__linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt"
 
 
-def fixture(name: str) -> Path:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"real nvidia-smi capture {name} not found under {FIXTURES}")
-    return path
+fixture = capture
 
 
 def capture_section(name: str, title: str) -> list[str]:
@@ -239,7 +235,7 @@ def test_shim_import_path_stays_light(inst: Path, env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize(
     "capture",
-    sorted(p.name for p in FIXTURES.glob("nvidia_gpu_exporter__*.txt")) or ["(none)"],
+    capture_names("nvidia_gpu_exporter__*.txt"),
 )
 def test_query_gpu_header_matches_real_capture(
     inst: Path, capture: str, monkeypatch: pytest.MonkeyPatch

@@ -36,9 +36,8 @@ from tests.services.test_telemetry_support import (
     stream_pids,
     wait_for,
 )
+from tests.shared import capture_text
 from tests.ui.waits import question, shown
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
 
 
 class MonitorApp(GpuTuiApp):
@@ -227,11 +226,7 @@ async def test_broken_driver_shows_the_diagnosis_not_a_crash(services: Services)
         assert "Traceback" not in screen_text(app)
 
 
-def _fixture(name: str) -> str:
-    path = FIXTURES / name
-    if not path.is_file():
-        pytest.skip(f"../shared/fixtures not present: {name}")
-    return path.read_text(encoding="utf-8")
+_fixture = capture_text
 
 
 async def test_mig_devices_under_their_gpu_with_fixed_data(services: Services):

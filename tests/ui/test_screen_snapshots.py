@@ -4,6 +4,8 @@ test_catalog_ui.py; Costs: test_costs_ui.py)."""
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -13,11 +15,10 @@ from gputui.config import Config
 from gputui.models import BillingRule, Instance, InstanceStatus, ProcessSample
 from gputui.services.hub import Services
 from gputui.store import SessionStore
+from tests.shared import sandbox_xml
 from tests.ui.waits import until
 
 FROZEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "nvidia-smi" / \
-    "netdata-go.d.plugin__rtx-4090-driver-535.xml"
 SIZE = (80, 24)
 
 
@@ -113,11 +114,18 @@ def _monitor_app(home: Path) -> GpuTuiApp:
     return app
 
 
+@functools.cache
+def _fixed_xml() -> str:
+    """One busy RTX 4090 as the sandbox's own nvidia-smi reports it at a fixed time."""
+    with tempfile.TemporaryDirectory() as folder:
+        return sandbox_xml(Path(folder))
+
+
 async def _monitor(pilot, detail: bool) -> None:
     from gputui.nvidia.nvsmi import parse_xml, xml_samples
 
     app = pilot.app
-    xml = FIXTURE.read_text()
+    xml = _fixed_xml()
     procs = [ProcessSample(pid=4242, gpu_index=0, used_memory_mib=10240, name="python train.py",
                            user="root")]
     app.telemetry.ingest("fixed", xml_samples(xml), processes=procs, inventory=parse_xml(xml))

@@ -91,7 +91,7 @@ async def test_zh_overview_headers_status_line_and_detail(gputui_home: Path, zh)
         shown_line = next(line for line in screen_lines(app) if line.lstrip().startswith("esc："))
         assert shown_line.rstrip().endswith("(+/-)") and cell_len(shown_line) <= 80
         head = str(app.screen.query_one("#detail-head", Static).render())
-        assert "qwen-lora · 1× RTX 4090 · 实时" in head and "驱动 535" in head
+        assert "qwen-lora · 1× RTX 4090 · 实时" in head and "驱动 570" in head
         panel = str(next(iter(app.screen.detail.panels.values())).render())
         assert all(word in panel for word in ("风扇", "利用", "显存", "功耗"))
         procs = app.screen.query_one("#procs", DataTable)
