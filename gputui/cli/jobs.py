@@ -84,6 +84,10 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
             assert local is not None
             remote = args.remote or f"~/{local.name}"
             summary = await push(link, local, remote, checksum=args.checksum, progress=bar)
+            if local.is_dir():
+                from gputui.services.pushes import record_push
+
+                record_push(services, inst.id, remote)
         else:
             summary = await pull(link, args.remote, local, checksum=args.checksum,
                                  progress=bar)
@@ -382,6 +386,10 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
             bar.done()
         print(sanitize(_summary_line(summary), 400), file=sys.stderr)
         cwd = cwd or local.name
+        if local.is_dir():
+            from gputui.services.pushes import record_push
+
+            record_push(services, inst.id, f"~/{local.name}")
     if then != "keep" or pulls:
         # recorded first: if this command is stopped, the console or `gputui reap` finishes it
         await jobs.set_when_done(inst, then, pulls=pulls)

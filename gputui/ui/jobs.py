@@ -47,13 +47,35 @@ LOG_POLL_S = 1.0
 LOG_LINES = 200
 
 
+def local_path(text: str) -> str:
+    """A local folder as typed (relative to the folder gputui was started in) made absolute."""
+    import os
+
+    return os.path.abspath(os.path.expanduser(text))
+
+
 def _paths(form: dict[str, str]) -> tuple[str, str]:
     """(remote, absolute local) from a pull form; the local default is ./<name of remote>."""
     import os
 
     remote = form.get("remote") or "results"
     local = form.get("local") or f"./{os.path.basename(remote.rstrip('/')) or 'results'}"
-    return remote, os.path.abspath(os.path.expanduser(local))
+    return remote, local_path(local)
+
+
+def _destination(local: str) -> str:
+    return _("→ {path}").format(path=escape(local_path(local))) if local.strip() else ""
+
+
+def _retries(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 100:
+        raise ValueError(_("retries: {text} is not a whole number from 0 to 100").format(
+            text=repr(text)))
+    return value
 
 
 class FormDialog(ModalScreen[dict[str, str] | None]):
@@ -67,20 +89,33 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
         background: $surface; padding: 0 1;
     }
     FormDialog #form-error { color: $error; height: auto; }
+    FormDialog .form-note { color: $text-muted; height: auto; }
     """
 
-    def __init__(self, title: str, fields: list[tuple[str, str, str]]) -> None:
+    def __init__(self, title: str, fields: list[tuple[str, str, str]], *,
+                 values: dict[str, str] | None = None, local_fields: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.title_text = title
-        self.fields = fields  # (key, label, placeholder or default)
+        self.fields = fields  # (key, label, placeholder)
+        self.values = values or {}  # key -> the text the field starts with (editable)
+        self.local_fields = local_fields  # local paths: the absolute path is shown under them
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(self.title_text)
             for key, label, hint in self.fields:
                 yield Static(label)
-                yield Input(placeholder=hint, id=f"f-{key}")
+                yield Input(self.values.get(key, ""), placeholder=hint, id=f"f-{key}")
+                if key in self.local_fields:
+                    yield Static(_destination(self.values.get(key, "")), id=f"n-{key}",
+                                 classes="form-note")
             yield Static("", id="form-error")
+
+    @on(Input.Changed)
+    def changed(self, event: Input.Changed) -> None:
+        key = (event.input.id or "")[2:]
+        if key in self.local_fields:
+            self.query_one(f"#n-{key}", Static).update(_destination(event.value))
 
     def on_mount(self) -> None:
         self.query(Input).first().focus()
@@ -321,11 +356,18 @@ class JobsScreen(BaseScreen):
         inst = self._need_instance()
         if inst is None:
             return
+        from gputui.services.pushes import last_push
+
+        project = last_push(self.gapp.services, inst.id)
         self.app.push_screen(FormDialog(
             _("[b]Queue a run on {name}[/b]").format(name=escape(inst.name)),
             [("gpus", _("GPUs (e.g. 0,1; empty: all)"), _("all")),
              ("name", _("Label (for the ledger)"), _("optional")),
-             ("command", _("Command (runs in the home folder)"), "python train.py --lr 3e-4")]),
+             ("cwd", _("Working folder on the instance (empty: its home; the pushed project "
+                       "when there is one)"), _("home folder")),
+             ("retries", _("Retries if it fails (0-100)"), "0"),
+             ("command", _("Command"), "python train.py --lr 3e-4")],
+            values={"cwd": project or "", "retries": "0"}),
             on_answer(lambda form: self.add(inst, form)))
 
     @work(group="jobs-act", exit_on_error=False)
@@ -335,7 +377,9 @@ class JobsScreen(BaseScreen):
         try:
             if not form.get("command"):
                 raise ValueError(_("no command given"))
+            retries = _retries(form.get("retries") or "0")
             spec = JobSpec(form["command"], name=form.get("name") or None,
+                           cwd=form.get("cwd") or None, retries=retries,
                            gpus=parse_gpus(form.get("gpus") or None, inst.gpu_count))
             [job_id] = await self._service().add(inst, [spec])
         except Exception as exc:
@@ -393,7 +437,9 @@ class JobsScreen(BaseScreen):
         self.app.push_screen(FormDialog(
             _("[b]Pull from {name}[/b] (only what changed)").format(name=escape(inst.name)),
             [("remote", _("On the instance (inside its home)"), "results"),
-             ("local", _("Here"), "./results")]),
+             ("local", _("To this folder here"), local_path("results"))],
+            values={"remote": "results", "local": local_path("results")},
+            local_fields=("local",)),
             on_answer(lambda form: self.pull(inst, *_paths(form))))
 
     @work(group="jobs-act", exit_on_error=False)
@@ -418,7 +464,9 @@ class JobsScreen(BaseScreen):
             _("[b]When the queue on {name} ends[/b]").format(name=escape(inst.name)),
             [("policy", _("release, stop or keep"), "release"),
              ("remote", _("Pull this home first (empty: nothing)"), "results"),
-             ("local", _("to"), "./results")]),
+             ("local", _("to this folder here"), local_path("results"))],
+            values={"policy": "release", "local": local_path("results")},
+            local_fields=("local",)),
             on_answer(lambda form: self.when_done(
                 inst, form, _paths(form) if form.get("remote") else None)))
 

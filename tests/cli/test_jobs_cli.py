@@ -63,6 +63,14 @@ def test_push_queue_close_everything_then_reap_pulls_and_releases(gputui_home: P
     assert summary["files"] == 2 and summary["ignored"] == 2 and summary["skipped"] == 0
     root = gputui_home / "sandbox" / "instances" / iid
     assert (root / "proj" / "src" / "train.py").exists() and not (root / "proj" / ".git").exists()
+    # the console's Queue-a-run dialog offers the pushed folder as the working folder
+    from gputui.config import Config
+    from gputui.services.hub import Services
+    from gputui.services.pushes import last_push
+    from gputui.store import SessionStore
+
+    assert last_push(Services(SessionStore(gputui_home / "state.db"), Config(),
+                              state_dir=gputui_home), iid) == "proj"
 
     runs = tmp_path / "runs.txt"
     runs.write_text("# a sweep\npython3 src/train.py good\npython3 src/train.py bad\n\n"

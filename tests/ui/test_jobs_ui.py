@@ -75,7 +75,7 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         # add a run with a form
         await pilot.press("a")
         await until(pilot, lambda: bool(app.screen.query(Input)), "the add form")
-        for text in ("0", "added", "mkdir -p res && echo 42 > res/a.txt && echo added run"):
+        for text in ("0", "added", "", "0", "mkdir -p res && echo 42 > res/a.txt && echo added run"):
             app.screen.focused.value = text  # type: ignore[union-attr]
             await pilot.press("enter")
         await until(pilot, lambda: table.row_count == 4 and cell(table, "4", "status")
@@ -105,6 +105,74 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         home = app.screen.query_one(DataTable)
         await asyncio.sleep(0)
         assert "release at queue end" in str(home.get_cell(inst.id, "release"))
+
+
+async def test_dialogs_show_where_results_go_and_run_in_the_pushed_project(
+        services: Services, tmp_path, monkeypatch):
+    """Pull and When-done show the absolute destination before confirming (editable); Queue a
+    run has a working folder (the pushed project by default) and retries."""
+    from gputui.remote.transfer import push
+    from gputui.services.pushes import record_push
+
+    monkeypatch.chdir(tmp_path)
+    inst = await rent(services)
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print('hi')\n")
+    await push(await services.link(inst), project, "~/proj")
+    record_push(services, inst.id, "~/proj")
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the Jobs screen")
+        screen = app.screen
+        table = screen.query_one(DataTable)
+
+        await pilot.press("a")
+        await until(pilot, lambda: bool(app.screen.query("#f-cwd")), "the add form")
+        form = app.screen
+        assert form.query_one("#f-cwd", Input).value == "proj"
+        assert form.query_one("#f-retries", Input).value == "0"
+        form.query_one("#f-retries", Input).value = "101"
+        form.query_one("#f-command", Input).value = "ls train.py && pwd"
+        form.query_one("#f-command", Input).focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: any("0 to 100" in str(n.message)
+                                       for n in app._notifications), "retries refused")
+        assert table.row_count == 0
+
+        await pilot.press("a")
+        await until(pilot, lambda: bool(app.screen.query("#f-cwd")), "the add form again")
+        form = app.screen
+        form.query_one("#f-retries", Input).value = "2"
+        form.query_one("#f-command", Input).value = "ls train.py && pwd && exit 1"
+        form.query_one("#f-command", Input).focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: table.row_count >= 1 and all(
+            cell(table, k.value, "status") == "failed" for k in table.rows), "the run failed",
+            deadline_s=90)
+        view = await JobService(services).view(inst)
+        first = view.jobs[0]
+        assert (first.retries, first.cwd) == (2, "proj"), first.as_dict()
+        assert "/proj" in "\n".join(await JobService(services).log_tail(inst, first.id))
+
+        await pilot.press("p")
+        await until(pilot, lambda: bool(app.screen.query("#f-local")), "the pull form")
+        form = app.screen
+        local = form.query_one("#f-local", Input)
+        assert local.value == str(tmp_path / "results")  # absolute, before confirming
+        local.value = "out/run1"
+        await pilot.pause()
+        note = str(form.query_one("#n-local", Static).render())
+        assert str(tmp_path / "out" / "run1") in note
+        await pilot.press("escape")
+
+        await pilot.press("w")
+        await until(pilot, lambda: bool(app.screen.query("#f-local")), "the when-done form")
+        assert app.screen.query_one("#f-local", Input).value == str(tmp_path / "results")
+        assert str(tmp_path / "results") in str(app.screen.query_one("#n-local", Static).render())
+        await pilot.press("escape")
 
 
 async def test_jobs_screen_with_no_instance_says_what_to_do(services: Services):
