@@ -55,6 +55,21 @@ def _status_text(inst: Instance, now: datetime) -> str:
     return ("⚠ " if warn else "") + str(shown(text))
 
 
+def _remeasure(table: DataTable) -> None:
+    """Size every column by what the rows on screen now hold (DataTable keeps the widest a
+    column ever was when a row goes)."""
+    if not table.row_count:
+        labels = [(column.key, column.label) for column in table.columns.values()]
+        table.clear(columns=True)
+        for key, label in labels:
+            table.add_column(label, key=key.value)
+        return
+    first = next(iter(table.rows))
+    for key in list(table.columns):
+        # re-measures the whole column where this cell is narrower than the column
+        table.update_cell(first, key, table.get_cell(first, key), update_width=True)
+
+
 class HomeScreen(BaseScreen):
     TITLE = N_("Instances")
     BINDINGS = [
@@ -104,10 +119,14 @@ class HomeScreen(BaseScreen):
             self._when_done = {i: when_done_label(self.gapp.services, i, short=True)
                                for i in self._instances}
         table = self.query_one(DataTable)
+        removed = False
         for key in [k.value for k in list(table.rows)]:
             if key is not None and key not in self._instances:
                 table.remove_row(key)
                 self._shown.pop(key, None)
+                removed = True
+        if removed:
+            _remeasure(table)
         for inst in self._instances.values():
             self._put_row(inst)
         hint = self.query_one("#hint", Static)
@@ -153,7 +172,8 @@ class HomeScreen(BaseScreen):
 
     def _update(self, table: DataTable, iid: str, cells: dict[str, str | Text]) -> None:
         """Redraw only the cells whose text changed; re-measure a column only when a cell
-        grew (re-measuring walks the whole column: costly with many instances)."""
+        changed width (a countdown ticking keeps its width; a long status that goes lets its
+        column shrink back, so the columns after it come back into view)."""
         shown = self._shown.setdefault(iid, {})
         for key, value in cells.items():
             text = str(value)
@@ -161,7 +181,7 @@ class HomeScreen(BaseScreen):
             if before == text:
                 continue
             table.update_cell(iid, key, value,
-                              update_width=before is None or cell_len(text) > cell_len(before))
+                              update_width=before is None or cell_len(text) != cell_len(before))
             shown[key] = text
 
     def check_keeper(self) -> None:

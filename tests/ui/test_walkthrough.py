@@ -448,3 +448,60 @@ async def test_the_ledger_reason_and_home_provider_are_whole_at_80_columns(gputu
         await until(pilot, lambda: ledger.row_count == 2 and ledger.size.width > 0, "the ledger")
         assert right_edge(ledger, "reason") <= ledger.size.width, ledger.size
         assert ledger.get_cell("old0", "reason") == "timer"
+
+
+async def test_home_columns_shrink_back_when_a_long_cell_goes(gputui_home: Path):
+    """A long status ("… · release at queue end") widens its column; when that row is
+    released, or the text shortens, the columns are sized by what is on screen now, so the ones
+    after it come back whole (the header read "Provide" after a release)."""
+    from textual.widgets import DataTable
+
+    from gputui.models import Instance, InstanceStatus
+    from gputui.services.jobs import WhenDone, save_when_done
+    from gputui.store import InstanceChanged, LeaseChanged
+    from tests.ui.test_costs_ui import FROZEN, seeded_app
+
+    def widths(table: DataTable) -> list[int]:
+        return [c.get_render_width(table) for c in table.columns.values()]
+
+    app = seeded_app(gputui_home, [FROZEN])
+    async with app.run_test(size=(80, 24)) as pilot:
+        home = app.screen
+        table = home.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 1, "the live row")
+        store = app.store
+        second = Instance.model_validate({**store.get_instance_sync("live").model_dump(),
+                                          "id": "two", "name": "sweep"})
+        store.put_instance_sync(second)
+        store.emit(InstanceChanged("two"))
+        await until(pilot, lambda: table.row_count == 2, "the second row")
+        await pilot.pause()
+        before = widths(table)
+
+        save_when_done(app.services, "two", WhenDone(policy="release"))
+        store.emit(LeaseChanged("two"))
+        await until(pilot, lambda: "queue" in str(table.get_cell("two", "release")),
+                    "the long status")
+        await pilot.pause()
+        assert widths(table) != before  # it grew
+
+        (gputui_home / "jobs" / "two.json").unlink()  # the policy is dropped: back to the timer
+        store.emit(LeaseChanged("two"))
+        await until(pilot, lambda: "queue" not in str(table.get_cell("two", "release")),
+                    "the short status again")
+        await pilot.pause()
+        assert widths(table) == before
+
+        save_when_done(app.services, "two", WhenDone(policy="release"))
+        store.emit(LeaseChanged("two"))
+        await until(pilot, lambda: "queue" in str(table.get_cell("two", "release")), "long")
+        ended = store.get_instance_sync("two")
+        ended.mark_ended(FROZEN, "manual")
+        ended.status = InstanceStatus.RELEASED
+        store.put_instance_sync(ended)
+        store.emit(InstanceChanged("two"))
+        await until(pilot, lambda: table.row_count == 1, "the released row gone")
+        await pilot.pause()
+        assert widths(table) == before
+        header = [str(c.label) for c in table.columns.values()]
+        assert header[-1] == "Provider"
