@@ -84,7 +84,7 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
             assert local is not None
             remote = args.remote or f"~/{local.name}"
             summary = await push(link, local, remote, checksum=args.checksum, progress=bar)
-            if local.is_dir():
+            if args.local_is_dir:
                 from gputui.services.pushes import record_push
 
                 record_push(services, inst.id, remote)
@@ -107,6 +107,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     if not args.local_path.exists():
         raise CommandError(_("{path}: no such file or folder").format(path=args.local),
                            EXIT_BAD_INPUT)
+    args.local_is_dir = args.local_path.is_dir()
     return run_async(args, lambda services: _transfer(services, args, "push"))
 
 
@@ -386,10 +387,9 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
             bar.done()
         print(sanitize(_summary_line(summary), 400), file=sys.stderr)
         cwd = cwd or local.name
-        if local.is_dir():
-            from gputui.services.pushes import record_push
+        from gputui.services.pushes import record_push
 
-            record_push(services, inst.id, f"~/{local.name}")
+        record_push(services, inst.id, f"~/{local.name}")  # (a folder: checked above)
     if then != "keep" or pulls:
         # recorded first: if this command is stopped, the console or `gputui reap` finishes it
         await jobs.set_when_done(inst, then, pulls=pulls)
