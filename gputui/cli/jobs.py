@@ -157,6 +157,9 @@ def print_table(view: Any, inst: Any) -> None:
         print(f"{j.id:>4} {name} {pad_cells(status_text(j.status), 9)} "
               f"{pad_cells(code, exit_w, '>')} {pad_cells(format_elapsed(j.seconds()), 8, '>')} "
               f"{util:>5} {mem:>8} {cost:>9}")
+    if any(j.gpu_util_avg is not None or j.gpu_mem_max_mib for j in view.jobs):
+        print(_("GPU%: its GPUs' use while the run had a process on them; MEM MiB: the most "
+                "GPU memory the run's own processes held"))
     if view.finished:
         print(summary_text(view, inst))
 
@@ -367,8 +370,10 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
     from gputui.remote.ssh import SSHLayerError
     from gputui.remote.transfer import push
     from gputui.services.hub import quote_args
-    from gputui.services.jobs import JobService, JobSpec, parse_gpus
+    from gputui.services.jobs import JobService, JobSpec, check_spec, parse_gpus
 
+    text = command[0] if len(command) == 1 else quote_args(command)
+    check_spec(JobSpec(command=text, name=args.label, cwd=args.cwd))  # before renting anything
     inst = await _rent(services, args) if args.gpu else _live(services, args.name)
     then: Literal["release", "stop", "keep"] = args.then or ("release" if args.gpu else "keep")
     pulls = _pulls(args)
@@ -393,7 +398,6 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
     if then != "keep" or pulls:
         # recorded first: if this command is stopped, the console or `gputui reap` finishes it
         await jobs.set_when_done(inst, then, pulls=pulls)
-    text = command[0] if len(command) == 1 else quote_args(command)
     [job_id] = await jobs.add(inst, [JobSpec(command=text, name=args.label, cwd=cwd, gpus=gpus)])
     print(_("{name}: job {job_id} queued").format(name=inst.name, job_id=job_id), file=sys.stderr)
     follow = asyncio.ensure_future(

@@ -46,6 +46,10 @@ Policy = Literal["release", "stop", "keep"]
 DEFAULT_GRACE_S = 600.0
 CHECK_EVERY_S = 10.0  # the console's clock looks at a finished queue this often
 ALARM_EVERY_S = 600.0
+# One command is one argument of exec on the instance (`sh -c CMD`): Linux takes at most 128 KiB
+# there, its closing NUL included (MAX_ARG_STRLEN). Longer, or with a NUL byte, it cannot run.
+MAX_COMMAND_BYTES = 128 * 1024 - 1
+MAX_CWD_BYTES = 4095
 
 _RUNNER_SOURCE: str | None = None
 
@@ -97,8 +101,47 @@ def parse_gpus(text: str | None, gpu_count: int | None = None) -> tuple[int, ...
     return gpus
 
 
+def _nbytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def command_problem(command: str) -> str | None:
+    """Why this command cannot be run on the instance (None: it can), in one line."""
+    if not command.strip():
+        return _("the command is empty")
+    if "\x00" in command:
+        return _("the command has a NUL byte, which no shell command can hold")
+    try:
+        size = _nbytes(command)
+    except UnicodeError:
+        return _("the command is not valid text")
+    if size > MAX_COMMAND_BYTES:
+        return _("the command is {size} bytes, over the {limit} bytes the instance takes for "
+                 "one command; put it in a script and run the script").format(
+            size=f"{size:,}", limit=f"{MAX_COMMAND_BYTES:,}")
+    return None
+
+
+def check_spec(spec: JobSpec, where: str = "") -> None:
+    """Refuse a run the instance could not start (exit 2, one line), before anything is sent:
+    every way in (`jobs add`, `run`, the console, MCP) queues through here."""
+    prefix = f"{where}: " if where else ""
+    why = command_problem(spec.command)
+    if why is None and spec.name is not None and "\x00" in spec.name:
+        why = _("the label has a NUL byte")
+    if why is None and spec.cwd is not None and (
+            "\x00" in spec.cwd or _nbytes(spec.cwd) > MAX_CWD_BYTES):
+        why = _("the folder (cwd) is not a path: a NUL byte, or over {limit} bytes").format(
+            limit=MAX_CWD_BYTES)
+    if why is None and not 0 <= spec.retries <= 100:
+        why = _("retries: 0 to 100")
+    if why is not None:
+        raise BadInput(prefix + why)
+
+
 def read_runs_file(path: Path) -> list[str]:
-    """One command a line; blank lines and `#` comments skipped."""
+    """One command a line; blank lines and `#` comments skipped. A line the instance could not
+    run is refused, by its line number (as an editor counts lines: only newlines end them)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -106,8 +149,16 @@ def read_runs_file(path: Path) -> list[str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(_("--file: {path}: cannot read it ({error})").format(
             path=path, error=exc)) from None
-    lines = [ln.strip() for ln in text.splitlines()]
-    commands = [ln for ln in lines if ln and not ln.startswith("#")]
+    commands = []
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        why = command_problem(line)
+        if why is not None:
+            raise BadInput(_("--file: {path} line {line}: {problem}").format(
+                path=path, line=number, problem=why))
+        commands.append(line)
     if not commands:
         raise BadInput(_("--file: {path}: no commands in it").format(path=path))
     return commands
@@ -166,6 +217,7 @@ class Job:
             "currency": self.currency, "log": self.log,
             "gpus": list(self.gpus) if self.gpus is not None else None,
             "attempt": self.attempt, "retries": self.retries, "cwd": self.cwd,
+            "error": self.error,
         }
 
 
@@ -315,9 +367,8 @@ class JobService:
     async def add(self, inst: Instance, specs: list[JobSpec]) -> list[str]:
         if not specs:
             raise BadInput(_("nothing to queue"))
-        for spec in specs:
-            if not spec.command.strip():
-                raise BadInput(_("an empty command cannot be queued"))
+        for n, spec in enumerate(specs, 1):
+            check_spec(spec, _("run {n}").format(n=n) if len(specs) > 1 else "")
             parse_gpus(",".join(map(str, spec.gpus)) if spec.gpus else None, inst.gpu_count)
         out = await self._json(inst, "add", input=json.dumps([s.as_json() for s in specs]))
         rec = load_when_done(self.services, inst.id)
@@ -351,15 +402,18 @@ class JobService:
             if status not in STATUSES:
                 status = "lost"
             gpus = r.get("gpus")
+            if not isinstance(gpus, list) or not all(_whole(g) is not None for g in gpus):
+                gpus = None  # a record written by hand on the instance: shown, not trusted
             job = Job(
                 id=str(r.get("id")), name=str(r.get("name") or ""), command=str(r.get("command") or ""),
-                status=status, cwd=r.get("cwd") or None,
-                gpus=tuple(int(g) for g in gpus) if isinstance(gpus, list) else None,
-                retries=int(r.get("retries") or 0), attempt=int(r.get("attempt") or 1),
-                exit_code=r.get("exit_code") if isinstance(r.get("exit_code"), int) else None,
+                status=status, cwd=str(r.get("cwd") or "") or None,
+                gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
+                retries=_whole(r.get("retries")) or 0, attempt=_whole(r.get("attempt")) or 1,
+                exit_code=_whole(r.get("exit_code")),
                 started_at=_time(r.get("started_at")), ended_at=_time(r.get("ended_at")),
                 gpu_util_avg=_num(r.get("gpu_util_avg")), gpu_mem_max_mib=_num(r.get("gpu_mem_max_mib")),
-                log=str(r.get("log") or ""), error=r.get("error"),
+                log=str(r.get("log") or ""),
+                error=str(r["error"]) if r.get("error") is not None else None,
                 currency=inst.billing.currency,
             )
             job.cost = run_cost(inst, job)
@@ -735,6 +789,10 @@ def _job_id(text: str) -> str:
     return str(int(text))
 
 
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _num(value: Any) -> float | None:
     try:
         return None if value is None else float(value)
@@ -751,6 +809,10 @@ RUNNER_SAYS = (
     (re.compile(r"job (?P<job_id>\S+) is (?P<status>\w+)"), N_("job {job_id} is {status}")),
     (re.compile(r"unknown command (?P<command>.+)"), N_("unknown command {command}")),
     (re.compile(r"no python3 on the instance"), N_("no python3 on the instance")),
+    (re.compile(r"run (?P<n>\d+) cannot be queued: (?P<why>.+)"),
+     N_("run {n} cannot be queued: {why}")),
+    (re.compile(r"cannot be queued: the runs sent are not JSON"),
+     N_("cannot be queued: the runs sent are not JSON")),
 )
 
 
@@ -791,5 +853,6 @@ def _locals(rec: WhenDone) -> str:
     return ", ".join(p["local"] for p in rec.pulls)
 
 
-__all__ = ["FINAL", "Job", "JobError", "JobService", "JobSpec", "QueueView", "UnknownJob",
-           "WhenDone", "on_tick", "when_done_label", "parse_gpus", "read_runs_file", "release_allowed", "run_cost"]
+__all__ = ["FINAL", "MAX_COMMAND_BYTES", "Job", "JobError", "JobService", "JobSpec", "QueueView",
+           "UnknownJob", "WhenDone", "check_spec", "command_problem", "on_tick", "when_done_label",
+           "parse_gpus", "read_runs_file", "release_allowed", "run_cost"]

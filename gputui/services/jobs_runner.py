@@ -18,8 +18,15 @@ session, no terminal), so the queue goes on when the link drops or the laptop sl
 Each run has a folder runs/ID (GPUTUI_JOB_DIR): spec.json, state.json, log, exit_code.
 Runs go in order; runs whose GPU sets (--gpus) do not overlap run side by side, each with its
 CUDA_VISIBLE_DEVICES. A failed run is recorded and the queue goes on (after its retries).
-GPU use is sampled with nvidia-smi while runs run. When nothing is queued or running the daemon
-records the queue's end, applies the when-done power-off (if asked for), and exits.
+GPU use is sampled with nvidia-smi while runs run, by the run's own processes (its session and
+process group, and their descendants, matched against `--query-compute-apps`): its memory is
+what its processes hold; its utilisation is its GPUs' while it has a process on them. When
+nothing is queued or running the daemon records the queue's end, applies the when-done
+power-off (if asked for), and exits.
+
+No single run stops the queue: a run that cannot start (a command too long for the system, a
+NUL byte, a broken record written by hand) fails with the reason in its log and exit code 126,
+and the queue goes on.
 """
 
 import fcntl
@@ -42,7 +49,13 @@ QUEUE_END = os.path.join(BASE, "queue_end.json")
 SAMPLE_S = float(os.environ.get("GPUTUI_JOBS_SAMPLE_S", "2"))
 KILL_GRACE_S = 5.0
 FINAL = ("succeeded", "failed", "cancelled", "lost")
+MAX_COMMAND_BYTES = 128 * 1024 - 1  # one argument of exec (MAX_ARG_STRLEN, with its NUL)
+MAX_CWD_BYTES = 4095
+CANNOT_START = 126  # the exit code of a run that could not be started (as sh's "cannot execute")
+HIDDEN_MIB = 1024.0  # a GPU this full with no process listed: its processes are hidden from us
+START_GRACE_S = 10.0
 WRAPPER = (
+    'echo "$$" > "$GPUTUI_JOB_DIR/pid"; '
     'cd "$1" 2>/dev/null || { echo "gputui: no folder $1 on the instance" >&2; rc=127; }; '
     '[ -z "$rc" ] && { /bin/sh -c "$2"; rc=$?; }; '
     'echo "$rc" > "$GPUTUI_JOB_DIR/exit_code.tmp" && '
@@ -58,7 +71,7 @@ def read_json(path, default=None):
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return default
 
 
@@ -92,18 +105,86 @@ def ids():
         names = os.listdir(RUNS)
     except OSError:
         return []
-    return sorted(int(n) for n in names if n.isdigit())
+    return sorted(int(n) for n in names if n and all(c in "0123456789" for c in n))
+
+
+def _int(value, default=None):
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    return default
+
+
+def _nbytes(text):
+    try:
+        return len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeError:
+        return -1
+
+
+def spec_problem(spec):
+    """Why a run's record cannot be run (None: it can), in one line."""
+    if not isinstance(spec, dict):
+        return "its record (spec.json) is not readable"
+    cmd = spec.get("command")
+    if not isinstance(cmd, str) or not cmd.strip():
+        return "its record has no command"
+    if "\0" in cmd:
+        return "the command has a NUL byte, which no shell command can hold"
+    size = _nbytes(cmd)
+    if size < 0:
+        return "the command is not valid text"
+    if size > MAX_COMMAND_BYTES:
+        return ("the command is %d bytes, over the %d bytes the system takes for one command; "
+                "put it in a script and run the script" % (size, MAX_COMMAND_BYTES))
+    cwd = spec.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or "\0" in cwd
+                            or not 0 <= _nbytes(cwd) <= MAX_CWD_BYTES):
+        return "its folder (cwd) is not a path"
+    name = spec.get("name")
+    if name is not None and (not isinstance(name, str) or "\0" in name):
+        return "its name is not text without NUL bytes"
+    gpus = spec.get("gpus")
+    if gpus is not None and (not isinstance(gpus, list) or not gpus or any(
+            _int(g, -1) < 0 for g in gpus)):
+        return "its GPU list is not a list of GPU indices"
+    for key in ("retries", "attempt"):
+        if spec.get(key) is not None and _int(spec.get(key), -1) < 0:
+            return "its %s is not a whole number" % key
+    return None
 
 
 def load(job_id):
+    """A run as its files say (None while `add` is still writing it). A record that cannot be
+    read, or says what cannot be run, comes back with `broken` set to why."""
     d = run_dir(job_id)
-    spec = read_json(os.path.join(d, "spec.json"))
-    if spec is None:
+    path = os.path.join(d, "spec.json")
+    if not os.path.exists(path):
         return None
-    state = read_json(os.path.join(d, "state.json"), {}) or {}
-    run = dict(spec)
+    spec = read_json(path)
+    state = read_json(os.path.join(d, "state.json"), {})
+    if not isinstance(state, dict):
+        state = {}
+    run = dict(spec) if isinstance(spec, dict) else {}
     run.update(state)
-    run.setdefault("status", "queued")
+    broken = spec_problem(spec)
+    if run.get("status") not in FINAL + ("queued", "running"):
+        if run.get("status") is not None:
+            broken = broken or "its state (state.json) is not readable"
+        run["status"] = "queued"
+    if broken:
+        run["broken"] = broken
+        for key in ("name", "command", "cwd"):  # shown as text, whatever the record held
+            if not isinstance(run.get(key), str):
+                run[key] = "" if run.get(key) is None else json.dumps(run.get(key))[:200]
+        if not isinstance(run.get("gpus"), list) or any(_int(g, -1) < 0 for g in run["gpus"]):
+            run["gpus"] = None
+    run["retries"] = max(0, _int(run.get("retries"), 0))
+    run["attempt"] = max(1, _int(run.get("attempt"), 1))
+    for key in ("pid", "pid_start", "exit_code"):
+        if run.get(key) is not None and _int(run.get(key)) is None:
+            run[key] = None
     run["id"] = str(job_id)
     run["dir"] = d
     run["log"] = os.path.join(d, "log")
@@ -121,7 +202,10 @@ def save_state(job_id, **changes):
 def all_runs():
     out = []
     for i in ids():
-        r = load(i)
+        try:
+            r = load(i)
+        except Exception:  # noqa: BLE001 -- one record never hides the others
+            r = None
         if r is not None:
             out.append(r)
     return out
@@ -190,7 +274,20 @@ def ensure():
 
 # -- commands --------------------------------------------------------------------------------
 def cmd_add():
-    specs = json.load(sys.stdin)
+    try:
+        specs = json.load(sys.stdin)
+    except ValueError:
+        _say("cannot be queued: the runs sent are not JSON")
+        return 3
+    if not isinstance(specs, list):
+        specs = [specs]
+    for n, spec in enumerate(specs, 1):  # nothing is queued unless every run can be
+        why = spec_problem(spec)
+        if why is None and spec.get("retries") is not None and not 0 <= spec["retries"] <= 1000:
+            why = "its retries are not 0-1000"
+        if why:
+            _say("run %d cannot be queued: %s" % (n, why))
+            return 3
     new = []
     with Locked():
         known = ids()
@@ -199,11 +296,11 @@ def cmd_add():
             d = run_dir(next_id)
             os.makedirs(d)
             clean = {
-                "name": str(spec.get("name") or "")[:200] or "run %d" % next_id,
-                "command": str(spec["command"]),
+                "name": (spec.get("name") or "")[:200] or "run %d" % next_id,
+                "command": spec["command"],
                 "cwd": spec.get("cwd") or "",
-                "gpus": [int(g) for g in spec["gpus"]] if spec.get("gpus") is not None else None,
-                "retries": max(0, int(spec.get("retries") or 0)),
+                "gpus": spec.get("gpus"),
+                "retries": spec.get("retries") or 0,
                 "queued_at": now_iso(),
             }
             write_json(os.path.join(d, "spec.json"), clean)
@@ -363,36 +460,85 @@ def overlaps(a, b):
     return bool(a & b)
 
 
-def sample():
+def _csv(args):
+    """nvidia-smi's CSV answer as rows of stripped fields (None: it could not be asked)."""
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
-             "--format=csv,noheader,nounits"],
+        proc = subprocess.run(
+            ["nvidia-smi"] + args + ["--format=csv,noheader,nounits"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=15,
             universal_newlines=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return [[p.strip() for p in line.split(",")] for line in proc.stdout.splitlines()
+            if line.strip()]
+
+
+def _float(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def sample():
+    """(GPUs by uuid: (index, utilisation %, memory used MiB), compute processes: [(pid,
+    memory MiB or None, gpu uuid)]), or None when nvidia-smi cannot say."""
+    rows = _csv(["--query-gpu=index,uuid,utilization.gpu,memory.used"])
+    if not rows:
+        return None
     gpus = {}
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 3:
+    for parts in rows:
+        if len(parts) != 4 or not parts[0].isdigit():
+            continue
+        gpus[parts[1]] = (int(parts[0]), _float(parts[2]), _float(parts[3]))
+    apps = _csv(["--query-compute-apps=pid,used_memory,gpu_uuid"])
+    if not gpus or apps is None:
+        return None
+    procs = []
+    for parts in apps:
+        if len(parts) != 3 or not parts[0].isdigit():
+            continue
+        procs.append((int(parts[0]), _float(parts[1]), parts[2]))
+    return gpus, procs
+
+
+def proc_table():
+    """Every process here: pid -> (parent, process group, session)."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
             continue
         try:
-            idx = int(parts[0])
-        except ValueError:
+            with open("/proc/%s/stat" % name) as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            table[int(name)] = (int(fields[1]), int(fields[2]), int(fields[3]))
+        except (OSError, ValueError, IndexError):
             continue
-        util = mem = None
-        try:
-            util = float(parts[1])
-        except ValueError:
-            pass
-        try:
-            mem = float(parts[2])
-        except ValueError:
-            pass
-        gpus[idx] = (util, mem)
-    return gpus
+    return table
+
+
+def own_pids(leader, table):
+    """The run's processes: its session and process group (the run was started as their
+    leader) and every descendant of those, whatever group it moved to."""
+    mine = set(pid for pid, (_pp, pgrp, sid) in table.items() if leader in (pgrp, sid))
+    mine.add(leader)
+    children = {}
+    for pid, (ppid, _pg, _sid) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = list(mine)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in mine:
+                mine.add(child)
+                todo.append(child)
+    return mine
 
 
 class Daemon:
@@ -401,6 +547,7 @@ class Daemon:
         self.kill_at = {}  # id -> when to KILL after TERM
         self.last_sample = 0.0
         self.done = {}  # id -> final status: a finished run never changes, so is not re-read
+        self.given_up = set()  # runs whose record could not even be marked failed
 
     def runs(self):
         """The runs not known to be finished (read from disk), and note those that are."""
@@ -409,45 +556,83 @@ class Daemon:
             key = str(i)
             if key in self.done:
                 continue
-            r = load(i)
+            try:
+                r = load(i)
+            except Exception as exc:  # noqa: BLE001 -- one record never stops the queue
+                r = None
+                self.fail_record(key, "its record cannot be read (%s)" % _why(exc))
             if r is None:
                 continue
             if r["status"] in FINAL:
                 self.done[key] = r["status"]
+            elif key in self.given_up:
+                self.done[key] = "failed"
             else:
                 out.append(r)
         return out
 
+    def fail_record(self, job_id, why, started=False):
+        """The run cannot be run (failed, exit 126), or once started cannot be followed (lost):
+        the reason in its log and state; never retried."""
+        d = run_dir(job_id)
+        if started:
+            line = "gputui: the runner lost track of this run: %s" % why
+            changes = {"status": "lost", "exit_code": None, "error": "runner: %s" % why}
+        else:
+            line = "gputui: this run could not start: %s (exit %d)" % (why, CANNOT_START)
+            changes = {"status": "failed", "exit_code": CANNOT_START,
+                       "error": "could not start: %s" % why}
+        try:
+            with open(os.path.join(d, "log"), "ab") as log:
+                log.write((line + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+        try:
+            save_state(job_id, ended_at=now_iso(), **changes)
+        except Exception:  # noqa: BLE001 -- not even that: this daemon leaves it alone
+            self.given_up.add(str(job_id))
+        self.children.pop(str(job_id), None)
+        self.kill_at.pop(str(job_id), None)
+
     def start(self, run):
         job_id = run["id"]
         d = run["dir"]
-        for name in ("exit_code", "exit_code.tmp"):
+        if run.get("broken"):
+            self.fail_record(job_id, run["broken"])
+            return
+        for name in ("exit_code", "exit_code.tmp", "pid"):
             try:
                 os.remove(os.path.join(d, name))
             except OSError:
                 pass
         env = dict(os.environ)
-        env.update(GPUTUI_JOB_DIR=d, GPUTUI_JOB_ID=job_id, GPUTUI_JOB_NAME=run.get("name", ""),
+        env.update(GPUTUI_JOB_DIR=d, GPUTUI_JOB_ID=job_id, GPUTUI_JOB_NAME=run.get("name") or "",
                    PYTHONUNBUFFERED="1")
         if run.get("gpus") is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in run["gpus"])
         cwd = run.get("cwd") or "."
         home = os.path.expanduser("~")
         cwd = cwd if cwd.startswith("/") else os.path.normpath(os.path.join(home, cwd))
-        log = open(run["log"], "ab")
-        if int(run.get("attempt") or 1) > 1:
-            log.write(("--- gputui: attempt %s ---\n" % run["attempt"]).encode())
-            log.flush()
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", WRAPPER, "gputui-run", cwd, run["command"]],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=env, cwd=home, start_new_session=True, close_fds=True,
-        )
-        log.close()
-        self.children[job_id] = proc
+        attempt = int(run.get("attempt") or 1)
+        # recorded before it starts: a daemon that dies between the two finds its pid file
+        # (or, with none, knows it never started) instead of starting it twice
         save_state(job_id, status="running", started_at=now_iso(), ended_at=None,
-                   exit_code=None, pid=proc.pid, pid_start=proc_start(proc.pid),
-                   attempt=int(run.get("attempt") or 1))
+                   exit_code=None, pid=None, pid_start=None, attempt=attempt)
+        try:
+            with open(run["log"], "ab") as log:
+                if attempt > 1:
+                    log.write(("--- gputui: attempt %s ---\n" % attempt).encode())
+                    log.flush()
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", WRAPPER, "gputui-run", cwd, run["command"]],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    env=env, cwd=home, start_new_session=True, close_fds=True,
+                )
+        except (OSError, ValueError, TypeError, UnicodeError) as exc:
+            self.fail_record(job_id, _why(exc))
+            return
+        self.children[job_id] = proc
+        save_state(job_id, pid=proc.pid, pid_start=proc_start(proc.pid))
 
     def finish(self, run, rc):
         job_id = run["id"]
@@ -474,20 +659,47 @@ class Daemon:
         self.children.pop(job_id, None)
         self.kill_at.pop(job_id, None)
 
+    def adopt(self, run):
+        """A run recorded running with no pid: the daemon that started it died before writing
+        the pid down. Its wrapper wrote its own; with none after a while, it never started."""
+        try:
+            with open(os.path.join(run["dir"], "pid")) as fh:
+                pid = int(fh.read().strip())
+        except (OSError, ValueError):
+            started = run.get("started_at")
+            try:
+                age = (datetime.now(timezone.utc) - datetime.fromisoformat(started)).total_seconds()
+            except (TypeError, ValueError):
+                age = START_GRACE_S
+            if age >= START_GRACE_S:
+                self.finish(run, None)
+            return
+        save_state(run["id"], pid=pid, pid_start=proc_start(pid))
+
+    def check(self, r):
+        """One running run: ended? cancelled?"""
+        proc = self.children.get(r["id"])
+        if proc is not None:
+            rc = proc.poll()
+            if rc is not None:
+                self.finish(r, rc if rc >= 0 else 128 - rc)
+                return
+        elif not r.get("pid"):
+            self.adopt(r)
+            return
+        elif not alive(r.get("pid"), r.get("pid_start")):
+            self.finish(r, None)  # from an earlier daemon: its exit code file says
+            return
+        if os.path.exists(os.path.join(r["dir"], "cancel")):
+            self.stop(r)
+
     def step(self):
         with Locked():
             for r in [r for r in self.runs() if r["status"] == "running"]:
-                proc = self.children.get(r["id"])
-                if proc is not None:
-                    rc = proc.poll()
-                    if rc is not None:
-                        self.finish(r, rc if rc >= 0 else 128 - rc)
-                        continue
-                elif not alive(r.get("pid"), r.get("pid_start")):
-                    self.finish(r, None)  # from an earlier daemon: its exit code file says
-                    continue
-                if os.path.exists(os.path.join(r["dir"], "cancel")):
-                    self.stop(r)
+                try:
+                    self.check(r)
+                except Exception as exc:  # noqa: BLE001 -- one run never stops the queue
+                    self.fail_record(r["id"], _why(exc), started=True)
             runs = self.runs()
             busy = [gpu_set(r) for r in runs if r["status"] == "running"]
             waiting = []
@@ -498,7 +710,11 @@ class Daemon:
                 if any(overlaps(mine, b) for b in busy) or any(overlaps(mine, w) for w in waiting):
                     waiting.append(mine)
                     continue
-                self.start(r)
+                try:
+                    self.start(r)
+                except Exception as exc:  # noqa: BLE001 -- one run never stops the queue
+                    self.fail_record(r["id"], _why(exc))
+                    continue
                 busy.append(mine)
             runs = self.runs()
         active = [r for r in runs if r["status"] == "running"]
@@ -523,32 +739,66 @@ class Daemon:
             pass
 
     def sample(self, active):
-        gpus = sample()
-        if not gpus:
+        """Each running run's own GPU use: the memory its processes hold (the most seen), and
+        the utilisation of the GPUs it has a process on, while it has (the average). A run
+        with no GPU process holds no memory and has no utilisation, whatever else runs on its
+        GPUs. Where this machine cannot tell whose the processes are (nvidia-smi lists PIDs
+        of another PID namespace, or lists none while memory is taken), nothing is recorded."""
+        got = sample()
+        if got is None:
             return
+        gpus, apps = got
+        table = proc_table() if apps else {}
+        foreign = bool(apps) and not any(pid in table for pid, _m, _u in apps)
+        by_index = dict((idx, mem) for idx, _util, mem in gpus.values())
         with Locked():
             for r in active:
-                mine = r.get("gpus")
-                idx = [g for g in (mine if mine is not None else sorted(gpus)) if g in gpus]
-                utils = [gpus[g][0] for g in idx if gpus[g][0] is not None]
-                mems = [gpus[g][1] for g in idx if gpus[g][1] is not None]
-                state = read_json(os.path.join(r["dir"], "state.json"), {}) or {}
-                if state.get("status") != "running":
+                try:
+                    self.sample_one(r, gpus, apps, table, foreign, by_index)
+                except Exception:  # noqa: BLE001 -- a figure is never worth the queue
                     continue
-                changes = {}
-                if utils:
-                    n = int(state.get("util_n") or 0) + 1
-                    total = float(state.get("util_sum") or 0) + sum(utils) / len(utils)
-                    changes.update(util_n=n, util_sum=total, gpu_util_avg=round(total / n, 1))
-                if mems:
-                    changes["gpu_mem_max_mib"] = max(float(state.get("gpu_mem_max_mib") or 0),
-                                                     sum(mems))
-                if changes:
-                    save_state(r["id"], **changes)
+
+    def sample_one(self, r, gpus, apps, table, foreign, by_index):
+        leader = _int(r.get("pid"))
+        if not leader or foreign:
+            return
+        mine = r.get("gpus")
+        if not apps and any((by_index.get(g) or 0) >= HIDDEN_MIB
+                            for g in (mine if mine is not None else by_index)):
+            return  # memory in use and no process listed: whose it is cannot be told
+        own = own_pids(leader, table) if apps else set()
+        rows = [(mem, uuid) for pid, mem, uuid in apps if pid in own]
+        state = read_json(os.path.join(r["dir"], "state.json"), {}) or {}
+        if state.get("status") != "running" or _int(state.get("pid")) != leader:
+            return
+        changes = {}
+        if all(mem is not None for mem, _u in rows):
+            total = sum(mem for mem, _u in rows)
+            changes["gpu_mem_max_mib"] = max(_float(state.get("gpu_mem_max_mib")) or 0.0, total)
+        utils = [gpus[u][1] for u in set(u for _m, u in rows)
+                 if u in gpus and gpus[u][1] is not None]
+        if utils:
+            n = (_int(state.get("util_n")) or 0) + 1
+            total = (_float(state.get("util_sum")) or 0.0) + sum(utils) / len(utils)
+            changes.update(util_n=n, util_sum=total, gpu_util_avg=round(total / n, 1))
+        if changes:
+            save_state(r["id"], **changes)
 
     def run(self):
+        failures = 0
         while True:
-            more, runs = self.step()
+            try:
+                more, runs = self.step()
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 -- logged; the loop goes on
+                failures += 1
+                line = "%s gputui runner: %s" % (now_iso(), _why(exc))  # into daemon.log
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+                if failures >= 60:
+                    return 1  # the next look (`ensure`) starts a fresh one
+                time.sleep(1.0)
+                continue
             if not more:
                 with Locked():
                     if self.runs():
@@ -562,6 +812,14 @@ class Daemon:
                         apply_when_done(end)
                 return 0
             time.sleep(0.5)
+
+
+def _why(exc):
+    """An exception as one line, its type named (`OSError: [Errno 7] Argument list too long`)."""
+    text = " ".join(str(exc).split())
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
 
 
 def apply_when_done(end):

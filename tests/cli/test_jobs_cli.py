@@ -155,6 +155,15 @@ def test_powered_off_with_results_not_home_is_started_pulled_then_released(gputu
 
 def test_bad_input_is_one_line_exit_2_and_nothing_queued(gputui_home: Path, tmp_path: Path):
     iid = create(gputui_home, "bad")
+    huge = tmp_path / "huge.txt"  # a line over 128 KiB, or with a NUL byte: refused at add
+    huge.write_text("echo ok\n# next\necho " + "y" * 140_000 + "\n")
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"echo ok\necho a\x00b\n")
+    for path, line, words in ((huge, 3, "140,005 bytes"), (nul, 2, "NUL byte")):
+        out = gputui(gputui_home, "jobs", "bad", "add", "--file", str(path))
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip() == out.stderr.strip().splitlines()[0], out.stderr
+        assert f"{path} line {line}:" in out.stderr and words in out.stderr, out.stderr
     cases = [
         ("push", "bad", str(tmp_path / "missing")),
         ("jobs", "bad", "when-done", "release", "--pull", "/etc", "--to", str(tmp_path / "x")),
@@ -166,6 +175,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_queued(gputui_home: Path, tmp_
         ("jobs", "bad", "add"),
         ("jobs", "ghost", "add", "--", "true"),
         ("run", "bad"),
+        # two arguments, together over what the instance takes for one command: refused
+        # before anything is rented
+        ("run", "--gpu", "4090", "--", "echo", "y" * 70_000, "z" * 70_000),
     ]
     for args in cases:
         out = gputui(gputui_home, *args)

@@ -220,3 +220,120 @@ async def test_powered_off_with_results_not_home_is_kept_where_the_provider_cann
     assert kept.status == InstanceStatus.STOPPED  # not released: the results are on its disk
     assert (root_of(services, inst) / "out" / "r.txt").read_text() == "done\n"
     assert not (tmp_path / "out").exists()
+
+
+# -- one run never wedges the queue (issue 24, item 9) ------------------------------------------
+def test_a_runs_file_line_the_instance_cannot_run_is_refused_by_number(tmp_path: Path):
+    from gputui.services.jobs import MAX_COMMAND_BYTES, read_runs_file
+
+    long = tmp_path / "long.txt"
+    long.write_text("# sweep\necho one\n\necho " + "y" * MAX_COMMAND_BYTES + "\necho four\n")
+    with pytest.raises(BadInput) as err:
+        read_runs_file(long)
+    text = str(err.value)
+    assert f"{long} line 4:" in text and "131,076 bytes" in text and "\n" not in text
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"echo one\necho t\x00wo\n")
+    with pytest.raises(BadInput, match=r"nul\.txt line 2: the command has a NUL byte"):
+        read_runs_file(nul)
+    # line numbers as an editor counts them: a form feed does not start a line
+    ff = tmp_path / "ff.txt"
+    ff.write_text("echo a\x0cecho b\necho \x00\n")
+    with pytest.raises(BadInput, match="line 2:"):
+        read_runs_file(ff)
+    just = tmp_path / "just.txt"  # the longest command that runs is taken
+    just.write_text(": " + "y" * (MAX_COMMAND_BYTES - 2) + "\n")
+    assert len(read_runs_file(just)[0]) == MAX_COMMAND_BYTES
+
+
+async def test_add_refuses_what_cannot_start_and_queues_nothing(services: Services):
+    from gputui.services.jobs import MAX_COMMAND_BYTES
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    for specs, words in (
+        ([JobSpec("echo a\x00b")], "NUL byte"),
+        ([JobSpec("true"), JobSpec(": " + "é" * (MAX_COMMAND_BYTES // 2))], "run 2: the command is"),
+        ([JobSpec("true", cwd="a\x00b")], "folder"),
+        ([JobSpec("true", name="x\x00")], "label"),
+    ):
+        with pytest.raises(BadInput, match=words):
+            await jobs.add(inst, specs)
+    assert (await jobs.view(inst)).jobs == []
+
+
+def _hand_record(base: Path, job_id: int, spec: object = None, state: object = None,
+                 raw: str | None = None) -> Path:
+    """A run record written straight into the instance's queue folder, as no `add` would."""
+    import json as _json
+
+    d = base / "runs" / str(job_id)
+    d.mkdir(parents=True)
+    (d / "spec.json").write_text(raw if raw is not None else _json.dumps(spec))
+    if state is not None:
+        (d / "state.json").write_text(_json.dumps(state))
+    return d
+
+
+async def test_bad_run_records_fail_with_the_reason_and_the_queue_goes_on(services: Services):
+    inst = await rent(services)
+    jobs = JobService(services)
+    [first] = await jobs.add(inst, [JobSpec("echo first", name="first")])
+    await jobs.wait(inst)
+    base = root_of(services, inst) / ".gputui" / "jobs"
+    _hand_record(base, 2, {"command": "echo " + "y" * 200_000, "name": "huge"})  # E2BIG
+    _hand_record(base, 3, {"command": "echo a\x00b", "name": "nul"})  # embedded null byte
+    _hand_record(base, 4, raw='{"command": "echo tru')  # cut short
+    _hand_record(base, 5, ["not", "a", "run"])
+    _hand_record(base, 6, {"command": "echo odd", "gpus": "all", "retries": "x"})
+    # a daemon that died mid-step: recorded running, pid garbage / never started
+    _hand_record(base, 7, {"command": "sleep 100"}, {"status": "running", "pid": "abc"})
+    _hand_record(base, 8, {"command": "sleep 100"},
+                 {"status": "running", "pid": None, "started_at": "2020-01-01T00:00:00+00:00"})
+    (_hand_record(base, 9, {"command": "echo unwritable log"}) / "log").mkdir()  # Popen fails
+    [last] = await jobs.add(inst, [JobSpec("echo after > after.txt", name="after")])
+    assert last == "10"
+    view = await asyncio.wait_for(jobs.wait(inst), 60)
+    by = {j.id: j for j in view.jobs}
+    assert by[first].status == "succeeded" and by[last].status == "succeeded"
+    assert (root_of(services, inst) / "after.txt").read_text() == "after\n"
+    for job_id in ("2", "3", "4", "5", "6", "9"):
+        assert by[job_id].status == "failed" and by[job_id].exit_code == 126, by[job_id]
+        assert by[job_id].error and by[job_id].error.startswith("could not start:")
+    assert "200005 bytes" in (await jobs.log_tail(inst, "2"))[0]
+    assert "NUL byte" in (await jobs.log_tail(inst, "3"))[0]
+    assert "IsADirectoryError" in by["9"].error
+    for job_id in ("7", "8"):
+        assert by[job_id].status == "lost" and by[job_id].exit_code is None
+    assert view.finished and view.ended_at is not None and not view.daemon
+
+
+# -- a run's GPU figures are its own (issue 24, item 5) -------------------------------------------
+async def test_a_runs_gpu_figures_are_its_own_processes_not_the_cards(services: Services):
+    inst = await rent(services, count=2)
+    jobs = JobService(services)
+    # someone else's work on GPU 1, outside the queue (a notebook, Ollama)
+    await services.run(inst, "nohup gpu-load --gpus 1 --mem 10G --util 80 --seconds 120 "
+                             "> /dev/null 2>&1 &")
+    for _ in range(100):
+        apps = await services.run(inst, "nvidia-smi --query-compute-apps=pid "
+                                        "--format=csv,noheader")
+        if apps.stdout.strip():
+            break
+        await asyncio.sleep(0.1)
+    assert apps.stdout.strip()
+    ids = await jobs.add(inst, [
+        JobSpec("sleep 5", name="idle", gpus=(1,)),
+        JobSpec("echo hi; sleep 3", name="echo"),  # every GPU
+        # its own load on GPU 1 (device 0 of CUDA_VISIBLE_DEVICES=1), beside the other one
+        JobSpec("sh -c 'gpu-load --gpus 0 --mem 2G --util 60 --seconds 5'", name="own", gpus=(1,)),
+    ])
+    view = await asyncio.wait_for(jobs.wait(inst), 90)
+    idle, echo, own = (view.get(i) for i in ids)
+    assert [j.status for j in (idle, echo, own)] == ["succeeded"] * 3
+    # the card held 10240 MiB at 80 % all along: none of it was theirs
+    assert idle.gpu_mem_max_mib == 0 and idle.gpu_util_avg is None
+    assert echo.gpu_mem_max_mib == 0 and echo.gpu_util_avg is None
+    # its own process (a grandchild) holds 2 GiB; the card's use while it had a process there
+    assert own.gpu_mem_max_mib == 2048
+    assert own.gpu_util_avg is not None and own.gpu_util_avg >= 50
