@@ -625,6 +625,10 @@ class JobService:
             Deferred(N_("{name}: queue done — {outcome}"), name=inst.name,
                      outcome=_outcome(outcome)),
             "information", bell=True, instance_id=inst.id)
+        from gputui.services.notify import notify_queue_end  # the renter's phone or chat
+
+        notify_queue_end(self.services, inst, outcome, _locals(rec) if rec.pulls else None,
+                         rec.set_at)
         return outcome
 
     async def _stop(self, inst: Instance) -> None:
