@@ -32,10 +32,10 @@ from gputui.services.arming import (  # noqa: F401 - re-exported: where they alw
     start_watchdog_command,
     watchdog_script,
 )
-from gputui.services.hub import InvalidRequest, ServiceError, Services
+from gputui.services.hub import InvalidRequest, ServiceError, Services, notify_event
 
 if TYPE_CHECKING:
-    from gputui.services.costs import BudgetWatch
+    from gputui.services.costs import BudgetAlert, BudgetWatch
 
 WARN_MINUTES = (10, 1)
 
@@ -238,6 +238,7 @@ class LeaseService(LeaseArmer):
         for alert in self.budget_watch.check(budget, instances, ledger, now):
             self.store.notify(alert.text, "warning" if alert.level < 100 else "error", bell=True,
                               instance_id=alert.instance_id)
+            self._tell_budget(alert, now)
             if alert.level < 100 or not budget.release_at_cap:
                 continue
             targets = [i for i in instances if i.status.live and
@@ -295,6 +296,10 @@ class LeaseService(LeaseArmer):
                                           "its data; start it (s on Home) or save what you need"),
                                        name=inst.name, clock=text, provider=inst.provider),
                               "warning", bell=True, instance_id=inst.id)
+            from gputui.services.notify import wipe_soon
+
+            notify_event(self.services, wipe_soon(
+                inst, text, inst.stopped_at.isoformat() if inst.stopped_at else ""))
 
     def _due(self, inst: Instance, lease: Lease, now: datetime) -> EndReason | None:
         if inst.status == InstanceStatus.RELEASING:
@@ -345,7 +350,33 @@ class LeaseService(LeaseArmer):
                     "{name} will be released in {mins} min — on Home, e extends 1 h, E 30 min"),
                     name=inst.name, mins=mins), "warning", bell=True, instance_id=inst.id)
                 result.warned.append(inst.name)
+                self._tell_deadline(inst, lease, minutes, mins)
                 break
+
+    def _tell_deadline(self, inst: Instance, lease: Lease, minutes: int, mins: int) -> None:
+        """The deadline warning to the renter's phone, naming results asked for that are not
+        home yet (they would hold the release)."""
+        from gputui.services.jobs import JobError, load_when_done
+        from gputui.services.notify import deadline_warning
+
+        try:
+            rec = load_when_done(self.services, inst.id)
+        except JobError:
+            rec = None
+        missing = ", ".join(p["remote"] for p in rec.pulls) if rec and rec.pending_pull else None
+        notify_event(self.services, deadline_warning(
+            inst, mins, release_at=lease.release_at.isoformat() if lease.release_at else "",
+            warning=minutes, results_not_home=missing))
+
+    def _tell_budget(self, alert: BudgetAlert, now: datetime) -> None:
+        """A budget alert to the renter's phone: once per cap, threshold and day (or month)."""
+        from gputui.services.costs import local_day_start, local_month_start
+        from gputui.services.notify import budget
+
+        period = {"daily": local_day_start(now).isoformat(),
+                  "monthly": local_month_start(now).isoformat()}.get(alert.scope, "")
+        notify_event(self.services, budget(alert.text, alert.level, alert.percent,
+                                           alert.instance_id, f"{alert.scope}:{period}"))
 
     async def reap(self, now: datetime | None = None) -> ReapResult:
         """Headless: refresh every live instance, release what is overdue, and terminate any

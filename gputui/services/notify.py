@@ -288,8 +288,10 @@ def run_failed(inst: Instance, run: str, exit_code: int | None, job_id: str) -> 
         discriminator=job_id, severity="warning")
 
 
-def deadline_warning(inst: Instance, minutes: int, *, release_at: str,
+def deadline_warning(inst: Instance, minutes: int, *, release_at: str, warning: int | None = None,
                      results_not_home: str | None = None) -> NotifyEvent:
+    """`minutes` left before the release (the warning configured at `warning` minutes): once
+    per warning and deadline (an extended deadline warns again)."""
     body = (Deferred(N_("{name} will be released in {mins} min and the results asked for "
                         "({pulls}) are not home yet."), name=inst.name, mins=minutes,
                      pulls=results_not_home) if results_not_home else
@@ -298,7 +300,8 @@ def deadline_warning(inst: Instance, minutes: int, *, release_at: str,
     return NotifyEvent(
         "deadline_warning", inst.id, inst.name,
         Deferred(N_("{name}: released in {mins} min"), name=inst.name, mins=minutes), body,
-        discriminator=f"{release_at}:{minutes}", severity="warning")
+        discriminator=f"{release_at}:{minutes if warning is None else warning}",
+        severity="warning")
 
 
 def release_held(inst: Instance, why: str, discriminator: str = "") -> NotifyEvent:
@@ -310,10 +313,12 @@ def release_held(inst: Instance, why: str, discriminator: str = "") -> NotifyEve
         discriminator=discriminator, severity="warning")
 
 
-def budget(text: str, level: int, instance_id: str | None, discriminator: str) -> NotifyEvent:
+def budget(text: str, level: int, percent: int, instance_id: str | None,
+           discriminator: str) -> NotifyEvent:
+    """A budget threshold crossed (`level`: 80 or 100), once per cap and period."""
     return NotifyEvent(
         "budget", instance_id, "",
-        Deferred(N_("Budget: {share} used"), share=f"{level}%"),
+        Deferred(N_("Budget: {share} used"), share=f"{percent}%"),
         text if isinstance(text, Deferred) else Deferred("{text}", text=text),
         discriminator=f"{level}:{discriminator}",
         severity="warning" if level < 100 else "failure")
