@@ -41,6 +41,7 @@ WARN_MINUTES = (10, 1)
 
 
 SWEEP_EVERY_S = 300.0  # the console looks for strays this often; `gputui reap` every run
+WALLET_EVERY_S = 600.0  # with notifications on: each provider's wallet is read this often
 
 
 @dataclass
@@ -67,6 +68,7 @@ class LeaseService(LeaseArmer):
         self._retry_gap: dict[str, float] = {}
         self._release_retry_at: dict[str, float] = {}  # a failed release: when to try again
         self._release_gap: dict[str, float] = {}
+        self._wallets_read: float | None = None  # when the wallets were last read (runway)
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -187,6 +189,7 @@ class LeaseService(LeaseArmer):
                                   result=result)
             await self._warn(inst, lease, now, result)
         await self._budgets(now, result)
+        await self._wallets(now)
         if refresh and (self._swept is None or time.monotonic() - self._swept >= SWEEP_EVERY_S):
             self._swept = time.monotonic()
             result.released += await self.services.sweep_strays()
@@ -255,6 +258,43 @@ class LeaseService(LeaseArmer):
                                       bell=True, instance_id=inst.id)
                 except ServiceError as exc:
                     result.errors.append(str(exc))
+
+    async def _wallets(self, now: datetime) -> None:
+        """Wallet low: a provider's balance lasts under `[notify] wallet_low_hours` at what
+        bills in it now. Read every 10 minutes, only when notifications are configured; told
+        once a day per provider."""
+        from decimal import Decimal
+
+        from gputui.errors import GputuiError
+        from gputui.format import format_money
+        from gputui.services.notify import configured_urls, wallet_low, wanted
+
+        config = self.services.config
+        if not configured_urls(config) or not wanted(config, "wallet_low"):
+            return
+        mono = time.monotonic()
+        if self._wallets_read is not None and mono - self._wallets_read < WALLET_EVERY_S:
+            return
+        self._wallets_read = mono
+        live = [i for i in await self.store.instances(live_only=True) if i.status.billing_compute]
+        limit = Decimal(str(config.notify.wallet_low_hours))
+        for name in sorted({i.provider for i in live}):
+            if not self.services.capabilities(name).account:
+                continue
+            try:
+                wallet = await self.services.account(name)
+            except GputuiError:
+                continue  # the top bar and `gputui account` say why
+            balance, currency = wallet.get("balance"), wallet.get("currency")
+            rate = sum((i.billing.price_per_hour for i in live
+                        if i.provider == name and i.billing.currency == currency), Decimal(0))
+            if balance is None or rate <= 0:
+                continue
+            hours = Decimal(str(balance)) / rate
+            if hours < limit:
+                notify_event(self.services, wallet_low(
+                    name, format_money(Decimal(str(balance)), str(currency)), float(hours),
+                    now.astimezone().date().isoformat()))
 
     def _stops_at_deadline(self, inst: Instance) -> bool:
         """The user chose power-off rather than release at the deadline (AutoDL:
