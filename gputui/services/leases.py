@@ -142,6 +142,8 @@ class LeaseService(LeaseArmer):
                     continue
             self._warn_wipe(inst, now)
             done = await self._jobs_done(inst)  # a queue's when-done: pulled, then released
+            if done == "kept":
+                self._tell_held(inst, "queue")
             if done in ("released", "kept"):
                 (result.released if done == "released" else result.errors).append(
                     inst.name if done == "released" else
@@ -158,6 +160,8 @@ class LeaseService(LeaseArmer):
             if reason and not await self._results_home(inst):
                 result.errors.append(Deferred(N_("{name}: kept: its results are not pulled yet"),
                                               name=inst.name))
+                at = lease.release_at.isoformat() if lease.release_at else ""
+                self._tell_held(inst, f"{reason}:{at}")
                 continue
             if reason:
                 # a release that failed (already retried with backoff, STILL BILLING raised)
@@ -407,6 +411,20 @@ class LeaseService(LeaseArmer):
         notify_event(self.services, deadline_warning(
             inst, mins, release_at=lease.release_at.isoformat() if lease.release_at else "",
             warning=minutes, results_not_home=missing))
+
+    def _tell_held(self, inst: Instance, discriminator: str) -> None:
+        """A release held because results asked for are not home: told once per deadline."""
+        from gputui.services.jobs import JobError, load_when_done
+        from gputui.services.notify import release_held
+
+        try:
+            rec = load_when_done(self.services, inst.id)
+        except JobError:
+            rec = None
+        pulls = ", ".join(p["remote"] for p in rec.pulls) if rec else ""
+        why = (Deferred(N_("the results asked for ({pulls}) are not home yet"), pulls=pulls)
+               if pulls else Deferred(N_("the results asked for are not home yet")))
+        notify_event(self.services, release_held(inst, why, discriminator))
 
     def _tell_budget(self, alert: BudgetAlert, now: datetime) -> None:
         """A budget alert to the renter's phone: once per cap, threshold and day (or month)."""

@@ -278,14 +278,16 @@ def notify_queue_end(services: Any, inst: Instance, outcome: str, results: str |
         return False
 
 
-def run_failed(inst: Instance, run: str, exit_code: int | None, job_id: str) -> NotifyEvent:
+def run_failed(inst: Instance, run: str, exit_code: int | None, job_id: str,
+               attempt: int = 1) -> NotifyEvent:
+    """A run of the queue failed (opt-in: `[notify] run_failed = true`)."""
     code = "-" if exit_code is None else str(exit_code)
     return NotifyEvent(
         "run_failed", inst.id, inst.name,
         Deferred(N_("{name}: run {run} failed"), name=inst.name, run=run),
         Deferred(N_("{name}: run {run} ended with exit code {code}; the queue goes on."),
                  name=inst.name, run=run, code=code),
-        discriminator=job_id, severity="warning")
+        discriminator=f"{job_id}:{attempt}", severity="warning")
 
 
 def deadline_warning(inst: Instance, minutes: int, *, release_at: str, warning: int | None = None,
@@ -512,6 +514,7 @@ class NotifyService:
         self.owner = uuid.uuid4().hex
         self.deliveries: list[Delivery] = []  # what this process sent (for `notify`'s tests)
         self._pending: list[_Pending] = []
+        self._seen: set[str] = set()  # keys submitted in this process
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._busy = False
@@ -526,6 +529,8 @@ class NotifyService:
         the store, never raises. False when it is not wanted (no URL, an event not chosen)."""
         if not self.urls or not wanted(self.config, event.kind):
             return False
+        if event.key in self._seen:  # this process has it already (a clock says it each tick)
+            return False
         import asyncio
 
         try:
@@ -535,6 +540,7 @@ class NotifyService:
         with self._cond:
             if self._stop.is_set():
                 return False
+            self._seen.add(event.key)
             self._pending.append(_Pending(event, loop))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="gputui-notify",

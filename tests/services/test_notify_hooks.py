@@ -186,3 +186,43 @@ async def test_daemon_and_console_together_send_each_event_once(services, receiv
             assert "gputui daemon" in m.body or "the console" in m.body
     assert {r["state"] for r in rows} == {"sent"}
     assert "error" not in log.read_text()
+
+
+async def test_a_failed_run_is_told_when_asked_for(services, receiver):
+    from gputui.services.jobs import JobService, JobSpec
+
+    services.config.notify = NotifySettings(urls=[receiver.url("ok")], run_failed=True)
+    notifier = services.attached(NotifyService, lambda s: NotifyService(
+        s.store, s.config, env={}, timeout_s=2.0, attempts=2, backoff_s=0.05, window_s=0.05))
+    inst = await rent(services, "runs")
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("true", name="fine"), JobSpec("exit 3", name="broken")])
+    await jobs.wait(inst)
+    await jobs.view(inst)  # looked at again (the Jobs screen polls): told once
+    assert await asyncio.to_thread(notifier.wait_idle, 15)
+    [got] = receiver.wait_for(1)
+    assert got.title == "runs: run broken failed" and got.type == "warning"
+    assert got.body == "runs: run broken ended with exit code 3; the queue goes on."
+
+
+async def test_a_release_held_for_results_not_home_is_told_once(services, receiver,
+                                                               tmp_path: Path):
+    from gputui.services.jobs import WhenDone, save_when_done
+    from gputui.services.leases import LeaseService
+
+    notifier = send_to(services, receiver.url("ok"))
+    inst = await rent(services, "held")
+    save_when_done(services, inst.id, WhenDone(policy="keep", pulls=[
+        {"remote": "no-such-results", "local": str(tmp_path / "r")}]))
+    await overdue(services, inst)
+    clock = LeaseService(services)
+    first = await clock.tick()
+    await clock.tick()
+    assert first.released == [] and services.store.get_instance_sync(inst.id).status.live
+    assert await asyncio.to_thread(notifier.wait_idle, 15)
+    [got] = receiver.wait_for(1)
+    assert got.title == "held: release held" and got.type == "warning"
+    assert got.body.startswith("held was not released: the results asked for (no-such-results) "
+                               "are not home yet. It is still billing")
+    await asyncio.sleep(0.2)
+    assert len(receiver.messages) == 1
