@@ -164,6 +164,7 @@ class GpuTuiApp(App[int]):
             from gputui.services.hub import Services
 
             self._services = Services(self.store, self.config)  # the session: owns services
+            self._services.actor = "console"  # notifications say who released an instance
         return self._services
 
     def when_open(self, callback: Callable[[], None]) -> None:

@@ -205,6 +205,43 @@ class MoneySettings(_Section):
     rate_note: str | None = None  # where the rate came from, e.g. "my bank, 2026-11-30"
 
 
+NOTIFY_URLS_ENV = "GPUTUI_NOTIFY_URLS"  # space-separated Apprise URLs (cron, CI)
+# What can be sent; `run_failed` only when asked for (`run_failed = true`, or listed in events).
+NOTIFY_EVENTS = ("queue_ended", "run_failed", "deadline_warning", "released", "still_billing",
+                 "release_held", "budget", "wallet_low", "wipe_soon")
+NotifyEventKind = Literal["queue_ended", "run_failed", "deadline_warning", "released",
+                          "still_billing", "release_held", "budget", "wallet_low", "wipe_soon"]
+_APPRISE_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")
+
+
+class NotifySettings(_Section):
+    """`[notify]`: the renter's phone or chat, through Apprise URLs. The URLs carry tokens: a
+    file holding them must be 0600 (or use GPUTUI_NOTIFY_URLS); never shown unmasked."""
+
+    urls: list[str] = Field(default_factory=list)
+    events: list[NotifyEventKind] | None = None  # unset: every event (run_failed: opt-in)
+    run_failed: bool = False
+    wallet_low_hours: float = Field(default=3.0, gt=0, le=720)
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        out = []
+        for i, url in enumerate(v):
+            url = url.strip()
+            if not _APPRISE_URL.match(url):  # never the URL itself in the message: a secret
+                raise ValueError(_("urls[{index}] is not an Apprise URL (service://...)").format(
+                    index=i))
+            out.append(url)
+        return out
+
+    def wants(self, kind: str) -> bool:
+        """Whether the renter asked for events of this kind."""
+        if self.events is not None:
+            return kind in self.events or (kind == "run_failed" and self.run_failed)
+        return kind != "run_failed" or self.run_failed
+
+
 class ProviderSettings(_Section):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     # `lambda` is a Python keyword, so the attribute has another name.
@@ -241,6 +278,7 @@ class Config(_Section):
     money: MoneySettings = Field(default_factory=MoneySettings)
     prices: list[PriceOverride] = Field(default_factory=list)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
 
 
 def default_config() -> Config:
@@ -259,6 +297,7 @@ def default_config() -> Config:
         money=MoneySettings.model_construct(),
         prices=[],
         mcp=McpSettings.model_construct(),
+        notify=NotifySettings.model_construct(),
     )
 
 
@@ -349,6 +388,10 @@ def load_config(path: Path | None = None) -> Config:
     if config.providers.autodl.token and _readable_by_others(path):
         raise ConfigError(_("{path}: key 'providers.autodl.token': the file holds an AutoDL "
                             "token and others can read it; run chmod 600 {path}").format(path=path))
+    if config.notify.urls and _readable_by_others(path):
+        raise ConfigError(_("{path}: key 'notify.urls': the file holds notification URLs (they "
+                            "carry tokens) and others can read it; run chmod 600 {path}").format(
+                                path=path))
     return config
 
 

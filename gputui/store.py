@@ -219,6 +219,13 @@ _RUN_COSTS = """CREATE TABLE IF NOT EXISTS run_costs (
     instance_id TEXT NOT NULL, job_id TEXT NOT NULL, data TEXT NOT NULL, ended REAL NOT NULL,
     PRIMARY KEY (instance_id, job_id))"""
 
+# Notifications sent (or being sent) to the renter's phone or chat, one row per event key: the
+# first process to claim a key sends it; the others leave it. No URL, title or body is kept.
+_NOTIFICATIONS = """CREATE TABLE IF NOT EXISTS notifications (
+    key TEXT PRIMARY KEY, kind TEXT NOT NULL, instance_id TEXT, state TEXT NOT NULL,
+    owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, expires REAL NOT NULL,
+    detail TEXT, created REAL NOT NULL, updated REAL NOT NULL)"""
+
 # State files open in this process (resolved path -> how many stores), see `_connect`.
 _OPEN_PATHS: dict[str, int] = {}
 _OPEN_LOCK = threading.Lock()
@@ -323,6 +330,7 @@ class SessionStore:
                     conn.execute("ROLLBACK")
                     raise
             conn.execute(_RUN_COSTS)
+            conn.execute(_NOTIFICATIONS)
             conn.execute("SELECT count(*) FROM instances").fetchone()
         except sqlite3.DatabaseError as exc:
             with contextlib.suppress(Exception):
@@ -662,6 +670,64 @@ class SessionStore:
             with contextlib.suppress(sqlite3.OperationalError):  # no claims table yet
                 conn.execute("DELETE FROM claims WHERE instance_id=? AND owner=?",
                              (instance_id, owner))
+
+    # -- notifications (sent once across processes) ---------------------------------------------
+
+    def claim_notification_sync(self, key: str, kind: str, instance_id: str | None, owner: str,
+                                ttl_s: float = 900.0) -> bool:
+        """Claim the right to send the notification `key`, as releases are claimed: True for
+        the first claimer only. A claim whose holder crashed before saying it was sent (its
+        process on this host is gone, or `ttl_s` passed) can be taken over; a sent (or given
+        up) one never is."""
+        import os
+        import socket
+
+        host = socket.gethostname()
+        now = time.time()
+        with self._tx() as conn:
+            row = conn.execute("SELECT state, owner, host, pid, expires FROM notifications "
+                               "WHERE key=?", (key,)).fetchone()
+            if row is not None:
+                state, holder, holder_host, pid, expires = row
+                if state != "claimed" or holder == owner:
+                    return False
+                if expires > now:
+                    alive = True
+                    if holder_host == host:
+                        try:
+                            os.kill(int(pid), 0)
+                        except ProcessLookupError:
+                            alive = False
+                        except OSError:
+                            pass
+                    if alive:
+                        return False
+            conn.execute(
+                "INSERT INTO notifications(key, kind, instance_id, state, owner, host, pid, "
+                "expires, detail, created, updated) VALUES (?, ?, ?, 'claimed', ?, ?, ?, ?, NULL, "
+                "?, ?) ON CONFLICT(key) DO UPDATE SET state='claimed', owner=excluded.owner, "
+                "host=excluded.host, pid=excluded.pid, expires=excluded.expires, "
+                "updated=excluded.updated",
+                (key, kind, instance_id, owner, host, self._pid, now + ttl_s, now, now))
+        return True
+
+    def finish_notification_sync(self, key: str, state: str, detail: str | None = None) -> None:
+        """Record how a claimed notification went: "sent", "partial" or "failed" (with a
+        masked detail: never a URL's secret)."""
+        with self._tx() as conn:
+            conn.execute("UPDATE notifications SET state=?, detail=?, updated=? WHERE key=?",
+                         (state, detail, time.time(), key))
+
+    def notifications_sync(self, instance_id: str | None = None) -> list[dict]:
+        """The notifications recorded (oldest first): key, kind, instance_id, state, detail."""
+        sql = "SELECT key, kind, instance_id, state, detail, created FROM notifications"
+        args: tuple = ()
+        if instance_id is not None:
+            sql += " WHERE instance_id=?"
+            args = (instance_id,)
+        rows = self._query(sql + " ORDER BY created, key", args)
+        return [{"key": r[0], "kind": r[1], "instance_id": r[2], "state": r[3], "detail": r[4],
+                 "created": r[5]} for r in rows]
 
     # -- per-run costs (jobs): a breakdown of an instance's cost, never added to it ----------------
 

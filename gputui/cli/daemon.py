@@ -91,6 +91,7 @@ def _serve(args: argparse.Namespace, *, keep_leases: bool) -> int:
 
         async def main() -> None:
             services = services_for(args, store)
+            services.actor = "daemon" if keep_leases else None  # said in notifications
             collector.loop = asyncio.get_running_loop()
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()

@@ -121,6 +121,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
     async def body(services) -> int:
         from gputui.services.leases import session_leases
 
+        services.actor = "reap"  # notifications say who released it
         result = await session_leases(services).reap()
         if args.json:
             print_json({"released": result.released, "errors": result.errors,

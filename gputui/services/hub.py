@@ -42,9 +42,10 @@ from gputui.store import SessionStore
 if TYPE_CHECKING:
     from gputui.remote.hostkeys import KnownHosts
     from gputui.remote.ssh import LinkPool
+    from gputui.services.notify import NotifyEvent
 
 __all__ = ["CreateRequest", "InvalidRequest", "ProviderSet", "ServiceError", "Services",
-           "new_instance_id", "provider_class", "quote_args"]
+           "new_instance_id", "notify_event", "provider_class", "quote_args"]
 
 Progress = Callable[[str], None]
 T = TypeVar("T", bound="Closable")
@@ -161,6 +162,9 @@ class Services:
         self.store = store
         self.config = config
         self.claim_owner = uuid.uuid4().hex  # who holds a release claim in the store
+        # which gputui process this is, for "released by the timer, through gputui daemon":
+        # "daemon", "reap", "console", "run" (None: not said)
+        self.actor: str | None = None
         self._attached: dict[type, Closable] = {}
         self.state_dir = state_dir or ensure_state_dir()
         # No ~/.ssh/config: an instance is reached exactly as recorded. Keys: the instance's own
@@ -521,7 +525,9 @@ class Services:
             if inst.status == InstanceStatus.RELEASING and inst.end_reason:
                 fresh.end_reason = inst.end_reason  # our own release, interrupted
             entry = LedgerEntry.from_instance(fresh, fresh.end_reason or "external", fresh.ended_at)
-            await self.store.end_instance(inst.id, entry, fresh)
+            if await self.store.end_instance(inst.id, entry, fresh) and \
+                    entry.end_reason != "manual":
+                _notify(self, "released", entry, self.actor)
             await self._close_lease(inst.id)
             return fresh
         return await self.store.update_instance(inst.id, lambda _old: fresh)
@@ -585,6 +591,7 @@ class Services:
             self.store.notify(Deferred(N_("{name}: STILL BILLING — release failed: {error}"),
                                        name=inst.name, error=last_error),
                               "error", bell=True, instance_id=inst.id)
+            _notify(self, "still_billing", inst, last_error)
             raise ServiceError(_("{name}: release failed: {error}").format(name=inst.name,
                                                                            error=last_error))
         # Verify through the provider: gone (or powered off where that stops the billing).
@@ -605,7 +612,8 @@ class Services:
         ended.end_reason = reason
         ended.status_detail = None
         entry = LedgerEntry.from_instance(ended, reason, ended.ended_at or utcnow())
-        await self.store.end_instance(inst.id, entry, ended)
+        if await self.store.end_instance(inst.id, entry, ended) and reason != "manual":
+            _notify(self, "released", entry, self.actor)
         await self._close_lease(inst.id, fired=reason in ("timer", "idle", "budget"))
         if "links" in self.__dict__:
             await self.links.close(inst.id)
@@ -639,6 +647,40 @@ class Services:
         for provider in self.providers.made():  # not the ones never used
             with contextlib.suppress(Exception):
                 await provider.close()
+
+
+def notify_event(services: Services, event: NotifyEvent) -> bool:
+    """Tell the renter wherever they are (`[notify] urls`): queued and sent in the background,
+    once across processes. Returns at once and never raises: a notification never delays or
+    stops what raised it. False when it is not sent (no URL, an event not chosen)."""
+    import logging
+
+    try:
+        from gputui.services.notify import session_notifier
+
+        return session_notifier(services).submit(event)
+    except Exception as exc:  # a bug here must not stop a release
+        logging.getLogger("gputui.notify").warning("notification not queued: %s",
+                                                   type(exc).__name__)
+        return False
+
+
+def _notify(services: Services, kind: str, *args: Any) -> None:
+    """Build the event `kind` from `args` (services/notify.py's builder of that name) and
+    send it; nothing is built when no URL is configured."""
+    from gputui.services.notify import configured_urls
+
+    try:
+        if not configured_urls(services.config):
+            return
+        from gputui.services import notify
+
+        notify_event(services, getattr(notify, kind)(*args))
+    except Exception as exc:  # as notify_event: never in the way of a release
+        import logging
+
+        logging.getLogger("gputui.notify").warning("notification %s not queued: %s", kind,
+                                                   type(exc).__name__)
 
 
 def _service_error(exc: ProviderError) -> ServiceError:

@@ -429,6 +429,12 @@ class JobService:
                 continue
             _recorded.add((inst.id, job.id))
             ended = job.ended_at or job.started_at
+            if job.status in ("failed", "lost"):  # the renter's phone, if they asked
+                from gputui.services.hub import notify_event
+                from gputui.services.notify import run_failed
+
+                notify_event(self.services, run_failed(inst, job.name or job.id, job.exit_code,
+                                                       job.id, job.attempt))
             self.store.record_run_cost_sync(inst.id, job.id, {
                 "instance_id": inst.id, "instance": inst.name, "job_id": job.id,
                 "label": job.name, "command": job.command, "status": job.status,
@@ -679,6 +685,10 @@ class JobService:
             Deferred(N_("{name}: queue done — {outcome}"), name=inst.name,
                      outcome=_outcome(outcome)),
             "information", bell=True, instance_id=inst.id)
+        from gputui.services.notify import notify_queue_end  # the renter's phone or chat
+
+        notify_queue_end(self.services, inst, outcome, _locals(rec) if rec.pulls else None,
+                         rec.set_at)
         return outcome
 
     async def _stop(self, inst: Instance) -> None:

@@ -32,15 +32,16 @@ from gputui.services.arming import (  # noqa: F401 - re-exported: where they alw
     start_watchdog_command,
     watchdog_script,
 )
-from gputui.services.hub import InvalidRequest, ServiceError, Services
+from gputui.services.hub import InvalidRequest, ServiceError, Services, notify_event
 
 if TYPE_CHECKING:
-    from gputui.services.costs import BudgetWatch
+    from gputui.services.costs import BudgetAlert, BudgetWatch
 
 WARN_MINUTES = (10, 1)
 
 
 SWEEP_EVERY_S = 300.0  # the console looks for strays this often; `gputui reap` every run
+WALLET_EVERY_S = 600.0  # with notifications on: each provider's wallet is read this often
 
 
 @dataclass
@@ -67,6 +68,7 @@ class LeaseService(LeaseArmer):
         self._retry_gap: dict[str, float] = {}
         self._release_retry_at: dict[str, float] = {}  # a failed release: when to try again
         self._release_gap: dict[str, float] = {}
+        self._wallets_read: float | None = None  # when the wallets were last read (runway)
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -140,6 +142,8 @@ class LeaseService(LeaseArmer):
                     continue
             self._warn_wipe(inst, now)
             done = await self._jobs_done(inst)  # a queue's when-done: pulled, then released
+            if done == "kept":
+                self._tell_held(inst, "queue")
             if done in ("released", "kept"):
                 (result.released if done == "released" else result.errors).append(
                     inst.name if done == "released" else
@@ -156,6 +160,8 @@ class LeaseService(LeaseArmer):
             if reason and not await self._results_home(inst):
                 result.errors.append(Deferred(N_("{name}: kept: its results are not pulled yet"),
                                               name=inst.name))
+                at = lease.release_at.isoformat() if lease.release_at else ""
+                self._tell_held(inst, f"{reason}:{at}")
                 continue
             if reason:
                 # a release that failed (already retried with backoff, STILL BILLING raised)
@@ -187,6 +193,7 @@ class LeaseService(LeaseArmer):
                                   result=result)
             await self._warn(inst, lease, now, result)
         await self._budgets(now, result)
+        await self._wallets(now)
         if refresh and (self._swept is None or time.monotonic() - self._swept >= SWEEP_EVERY_S):
             self._swept = time.monotonic()
             result.released += await self.services.sweep_strays()
@@ -238,6 +245,7 @@ class LeaseService(LeaseArmer):
         for alert in self.budget_watch.check(budget, instances, ledger, now):
             self.store.notify(alert.text, "warning" if alert.level < 100 else "error", bell=True,
                               instance_id=alert.instance_id)
+            self._tell_budget(alert, now)
             if alert.level < 100 or not budget.release_at_cap:
                 continue
             targets = [i for i in instances if i.status.live and
@@ -254,6 +262,43 @@ class LeaseService(LeaseArmer):
                                       bell=True, instance_id=inst.id)
                 except ServiceError as exc:
                     result.errors.append(str(exc))
+
+    async def _wallets(self, now: datetime) -> None:
+        """Wallet low: a provider's balance lasts under `[notify] wallet_low_hours` at what
+        bills in it now. Read every 10 minutes, only when notifications are configured; told
+        once a day per provider."""
+        from decimal import Decimal
+
+        from gputui.errors import GputuiError
+        from gputui.format import format_money
+        from gputui.services.notify import configured_urls, wallet_low, wanted
+
+        config = self.services.config
+        if not configured_urls(config) or not wanted(config, "wallet_low"):
+            return
+        mono = time.monotonic()
+        if self._wallets_read is not None and mono - self._wallets_read < WALLET_EVERY_S:
+            return
+        self._wallets_read = mono
+        live = [i for i in await self.store.instances(live_only=True) if i.status.billing_compute]
+        limit = Decimal(str(config.notify.wallet_low_hours))
+        for name in sorted({i.provider for i in live}):
+            if not self.services.capabilities(name).account:
+                continue
+            try:
+                wallet = await self.services.account(name)
+            except GputuiError:
+                continue  # the top bar and `gputui account` say why
+            balance, currency = wallet.get("balance"), wallet.get("currency")
+            rate = sum((i.billing.price_per_hour for i in live
+                        if i.provider == name and i.billing.currency == currency), Decimal(0))
+            if balance is None or rate <= 0:
+                continue
+            hours = Decimal(str(balance)) / rate
+            if hours < limit:
+                notify_event(self.services, wallet_low(
+                    name, format_money(Decimal(str(balance)), str(currency)), float(hours),
+                    now.astimezone().date().isoformat()))
 
     def _stops_at_deadline(self, inst: Instance) -> bool:
         """The user chose power-off rather than release at the deadline (AutoDL:
@@ -295,6 +340,10 @@ class LeaseService(LeaseArmer):
                                           "its data; start it (s on Home) or save what you need"),
                                        name=inst.name, clock=text, provider=inst.provider),
                               "warning", bell=True, instance_id=inst.id)
+            from gputui.services.notify import wipe_soon
+
+            notify_event(self.services, wipe_soon(
+                inst, text, inst.stopped_at.isoformat() if inst.stopped_at else ""))
 
     def _due(self, inst: Instance, lease: Lease, now: datetime) -> EndReason | None:
         if inst.status == InstanceStatus.RELEASING:
@@ -345,7 +394,47 @@ class LeaseService(LeaseArmer):
                     "{name} will be released in {mins} min — on Home, e extends 1 h, E 30 min"),
                     name=inst.name, mins=mins), "warning", bell=True, instance_id=inst.id)
                 result.warned.append(inst.name)
+                self._tell_deadline(inst, lease, minutes, mins)
                 break
+
+    def _tell_deadline(self, inst: Instance, lease: Lease, minutes: int, mins: int) -> None:
+        """The deadline warning to the renter's phone, naming results asked for that are not
+        home yet (they would hold the release)."""
+        from gputui.services.jobs import JobError, load_when_done
+        from gputui.services.notify import deadline_warning
+
+        try:
+            rec = load_when_done(self.services, inst.id)
+        except JobError:
+            rec = None
+        missing = ", ".join(p["remote"] for p in rec.pulls) if rec and rec.pending_pull else None
+        notify_event(self.services, deadline_warning(
+            inst, mins, release_at=lease.release_at.isoformat() if lease.release_at else "",
+            warning=minutes, results_not_home=missing))
+
+    def _tell_held(self, inst: Instance, discriminator: str) -> None:
+        """A release held because results asked for are not home: told once per deadline."""
+        from gputui.services.jobs import JobError, load_when_done
+        from gputui.services.notify import release_held
+
+        try:
+            rec = load_when_done(self.services, inst.id)
+        except JobError:
+            rec = None
+        pulls = ", ".join(p["remote"] for p in rec.pulls) if rec else ""
+        why = (Deferred(N_("the results asked for ({pulls}) are not home yet"), pulls=pulls)
+               if pulls else Deferred(N_("the results asked for are not home yet")))
+        notify_event(self.services, release_held(inst, why, discriminator))
+
+    def _tell_budget(self, alert: BudgetAlert, now: datetime) -> None:
+        """A budget alert to the renter's phone: once per cap, threshold and day (or month)."""
+        from gputui.services.costs import local_day_start, local_month_start
+        from gputui.services.notify import budget
+
+        period = {"daily": local_day_start(now).isoformat(),
+                  "monthly": local_month_start(now).isoformat()}.get(alert.scope, "")
+        notify_event(self.services, budget(alert.text, alert.level, alert.percent,
+                                           alert.instance_id, f"{alert.scope}:{period}"))
 
     async def reap(self, now: datetime | None = None) -> ReapResult:
         """Headless: refresh every live instance, release what is overdue, and terminate any
