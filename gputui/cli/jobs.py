@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from gputui.cli.output import EXIT_BAD_INPUT, CommandError, print_json, run_async
+from gputui.cli.output import EXIT_BAD_INPUT, EXIT_ERROR, CommandError, print_json, run_async
 from gputui.errors import BadInput, one_line
 from gputui.format import status_text
-from gputui.i18n import _, cell_len, pad_cells, truncate_cells
+from gputui.i18n import _, cell_len, ngettext, pad_cells, shown, truncate_cells
 
 POLICIES = ("release", "stop", "keep")
 
@@ -65,9 +65,19 @@ class _Bar:
 
 
 def _summary_line(s: Any) -> str:
-    extra = f", {s.resumed} resumed" if s.resumed else ""
-    return (f"{s.direction} {s.source} -> {s.target}: {s.files} files, {_human_bytes(s.bytes)}, "
-            f"{s.skipped} unchanged, {s.ignored} ignored{extra} in {s.seconds:.1f} s")
+    def via(n: int) -> str:
+        return " " + ngettext("({count} through a link)", "({count} through links)",
+                              n).format(count=n) if n else ""
+
+    extra = _(", {count} resumed").format(count=s.resumed) if s.resumed else ""
+    if getattr(s, "not_copied", None):
+        extra += _(", {count} did not come").format(count=len(s.not_copied))
+    return _("{direction} {source} -> {target}: {files} files{files_via}, {size}, {skipped} "
+             "unchanged{skipped_via}, {ignored} ignored{extra} in {seconds} s").format(
+        direction=s.direction, source=s.source, target=s.target, files=s.files,
+        files_via=via(getattr(s, "links", 0)), size=_human_bytes(s.bytes), skipped=s.skipped,
+        skipped_via=via(getattr(s, "skipped_links", 0)), ignored=s.ignored, extra=extra,
+        seconds=f"{s.seconds:.1f}")
 
 
 async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> int:
@@ -99,6 +109,18 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
         print_json(summary.as_dict())
     else:
         print(sanitize(_summary_line(summary), 400))
+    missing = getattr(summary, "not_copied", [])
+    for path, why in missing:  # what was asked for and did not come: one line each, and exit 1
+        print("gputui: " + sanitize(_("{path}: did not come: {why}").format(
+            path=path, why=shown(why)), 600), file=sys.stderr)
+    if missing:
+        print("gputui: " + ngettext(
+            "{count} entry did not come home; the rest did — fix it on {name} and pull again "
+            "(only what changed moves)",
+            "{count} entries did not come home; the rest did — fix them on {name} and pull "
+            "again (only what changed moves)", len(missing)).format(
+                count=len(missing), name=inst.name), file=sys.stderr)
+        return EXIT_ERROR
     return 0
 
 

@@ -11,6 +11,12 @@
   name; the next transfer of the same file resumes from the partial file's length.
 - A dropped link is waited out (the link reconnects by itself) and the file resumes; a full
   disk on either side stops the transfer with that reason and keeps the partial file.
+- A pull brings home files: a symbolic link on the instance (to a file or a folder) is copied as
+  what it points to; a link that leads nowhere, a link to a folder that contains it (a cycle), a
+  file that cannot be read or one that is no file (a socket, a FIFO, a device) does not come,
+  and the summary names each such entry and why (`not_copied`) while the rest comes home.
+- A pulled file takes the remote's permission bits less the local umask (as scp does without
+  `-p`), never writable by everyone.
 
 Remote paths: relative paths (and `~/...`) are taken from the instance's home, which is where
 an SFTP session starts on OpenSSH and on the sandbox (chrooted to the instance folder).
@@ -93,11 +99,18 @@ class TransferSummary:
     resumed: int = 0  # files continued from a partial file
     seconds: float = 0.0
     paths: list[str] = field(default_factory=list)
+    # a pull: of `files` and `skipped`, how many were reached through a symbolic link
+    links: int = 0
+    skipped_links: int = 0
+    # a pull: entries asked for that did not come home, (path under the source, why)
+    not_copied: list[tuple[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"direction": self.direction, "source": self.source, "target": self.target,
                 "files": self.files, "bytes": self.bytes, "skipped": self.skipped,
                 "ignored": self.ignored, "resumed": self.resumed,
+                "links": self.links, "skipped_links": self.skipped_links,
+                "not_copied": [{"path": p, "why": str(why)} for p, why in self.not_copied],
                 "seconds": round(self.seconds, 3)}
 
 
@@ -261,6 +274,49 @@ def _reason(exc: BaseException) -> str:
     return str(getattr(exc, "reason", None) or exc)
 
 
+def local_umask() -> int:
+    """This process's umask, read without changing it where the system tells it (Linux); else
+    set and put back at once (restrictive for that instant)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & 0o777
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask & 0o777
+
+
+def pulled_mode(remote_mode: int, umask: int) -> int:
+    """A pulled file's permission bits: the remote's less the local umask (as scp without
+    `-p`), always readable and writable by its owner here, never writable by everyone."""
+    return ((remote_mode & 0o777 & ~umask) | 0o600) & ~0o002
+
+
+def _make_dirs(path: Path) -> None:
+    """`path` and the folders above it that are missing, as `mkdir -p` under the umask, but
+    never writable by everyone (a umask of 0 included)."""
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o775)
+
+
+class _EntryFailed(TransferError):
+    """One remote file could not be read; the others go on. `why`: the reason alone."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 _LINK_ERRORS = (asyncssh.DisconnectError, asyncssh.ChannelOpenError, asyncssh.SFTPConnectionLost,
                 ConnectionError, SSHLayerError, asyncssh.SFTPNoConnection)
 
@@ -329,6 +385,8 @@ class _Entry:
     size: int
     mtime: int
     mode: int = 0o644  # permission bits, kept on both sides (a script stays executable)
+    linked: bool = False  # a pull: reached through a symbolic link on the instance
+    link: str | None = None  # a pull: the entry is itself a link, to this target
 
 
 def _local_files(root: Path, rules: IgnoreRules | None) -> tuple[list[_Entry], int]:
@@ -370,38 +428,154 @@ async def _remote_stat(sftp: asyncssh.SFTPClient, path: str) -> asyncssh.SFTPAtt
         return None
 
 
-async def _remote_files(sftp: asyncssh.SFTPClient, root: str,
-                        rules: IgnoreRules | None) -> tuple[list[_Entry], int, bool]:
-    """Files under the remote `root`: (entries, ignored, root is a file)."""
+MAX_LINK_DEPTH = 40  # folder links followed on one path when the instance cannot tell real paths
+
+
+@dataclass
+class _Listing:
+    files: list[_Entry]
+    ignored: int
+    is_file: bool
+    not_copied: list[tuple[str, str]] = field(default_factory=list)  # (rel, why)
+
+
+async def _readlink(sftp: asyncssh.SFTPClient, path: str) -> str:
+    """Where a link points, as written on the instance ("?" when it cannot be read)."""
+    try:
+        target = await sftp.readlink(path)
+    except asyncssh.SFTPError:
+        return "?"
+    return target if isinstance(target, str) else os.fsdecode(target)
+
+
+async def _realpath(sftp: asyncssh.SFTPClient, path: str) -> str | None:
+    try:
+        real = await sftp.realpath(path)
+    except asyncssh.SFTPError:
+        return None
+    return real if isinstance(real, str) else os.fsdecode(real)
+
+
+def _kind_word(attrs: asyncssh.SFTPAttrs) -> Deferred:
+    kind = attrs.type
+    mode = attrs.permissions or 0
+    if kind == asyncssh.FILEXFER_TYPE_SOCKET or statmod.S_ISSOCK(mode):
+        return Deferred(N_("a socket"))
+    if kind == asyncssh.FILEXFER_TYPE_FIFO or statmod.S_ISFIFO(mode):
+        return Deferred(N_("a FIFO"))
+    if kind in (asyncssh.FILEXFER_TYPE_CHAR_DEVICE, asyncssh.FILEXFER_TYPE_BLOCK_DEVICE) or \
+            statmod.S_ISCHR(mode) or statmod.S_ISBLK(mode):
+        return Deferred(N_("a device"))
+    return Deferred(N_("a special file"))
+
+
+def _not_a_file(attrs: asyncssh.SFTPAttrs, link: str | None) -> Deferred:
+    if link is not None:
+        return Deferred(N_("a link to {target}, which is not a file or folder ({kind})"),
+                        target=link, kind=_kind_word(attrs))
+    return Deferred(N_("not a file or folder ({kind})"), kind=_kind_word(attrs))
+
+
+def _contains(outer: str, inner: str) -> bool:
+    """Whether the real path `inner` is `outer` or inside it."""
+    outer = outer.rstrip("/") or "/"
+    return inner == outer or inner.startswith(outer if outer == "/" else outer + "/")
+
+
+async def _remote_files(sftp: asyncssh.SFTPClient, root: str, rules: IgnoreRules | None,
+                        *, follow_links: bool = False) -> _Listing:
+    """Files under the remote `root` (or `root` itself). With `follow_links` (a pull), a link
+    is listed as what it points to; entries that cannot come are in `not_copied`."""
     attrs = await _remote_stat(sftp, root)
     if attrs is None:
-        return [], 0, False
+        return _Listing([], 0, False)
+    link: str | None = None
     if attrs.type != asyncssh.FILEXFER_TYPE_DIRECTORY:
-        return [_Entry("", attrs.size or 0, _mtime(attrs.mtime),
-                       (attrs.permissions or 0o644) & 0o777)], 0, True
-    files: list[_Entry] = []
-    ignored = 0
-    todo = [""]
+        if follow_links:
+            with contextlib.suppress(asyncssh.SFTPError):
+                if (await sftp.lstat(root)).type == asyncssh.FILEXFER_TYPE_SYMLINK:
+                    link = await _readlink(sftp, root)
+            if attrs.type != asyncssh.FILEXFER_TYPE_REGULAR:
+                return _Listing([], 0, True, [("", _not_a_file(attrs, link))])
+        return _Listing([_Entry("", attrs.size or 0, _mtime(attrs.mtime),
+                                (attrs.permissions or 0o644) & 0o777,
+                                linked=link is not None, link=link)], 0, True)
+    listing = _Listing([], 0, False)
+    # each folder to read: (path under root, real paths of the folders that lead to it — None
+    # where the instance cannot tell —, reached through a link, folder links on the way)
+    root_real = await _realpath(sftp, root) if follow_links else None
+    todo: list[tuple[str, tuple[str | None, ...], bool, int]] = [("", (root_real,), False, 0)]
     while todo:
-        rel_dir = todo.pop()
+        rel_dir, chain, linked, depth = todo.pop()
         path = posixpath.join(root, rel_dir) if rel_dir else root
-        async for entry in sftp.scandir(path):
+        try:
+            names = [entry async for entry in sftp.scandir(path)]
+        except (asyncssh.SFTPPermissionDenied, asyncssh.SFTPFailure,
+                asyncssh.SFTPNoSuchFile) as exc:
+            if not follow_links:
+                raise
+            listing.not_copied.append((rel_dir or ".", Deferred(
+                N_("the folder cannot be read: {reason}"), reason=_reason(exc))))
+            continue
+        for entry in names:
             name = entry.filename if isinstance(entry.filename, str) else entry.filename.decode()
             if name in (".", "..") or "/" in name or "\x00" in name:
                 continue  # never a name that leads out of the copy (a hostile SFTP server)
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            kind = entry.attrs.type
+            attrs = entry.attrs
+            link = None
+            if attrs.type == asyncssh.FILEXFER_TYPE_SYMLINK:
+                if not follow_links:
+                    continue
+                if rules is not None and rules.ignored(rel, False) and rules.ignored(rel, True):
+                    listing.ignored += 1
+                    continue
+                full = posixpath.join(root, rel)
+                link = await _readlink(sftp, full)
+                try:
+                    attrs = await sftp.stat(full)
+                except asyncssh.SFTPNoSuchFile:
+                    listing.not_copied.append((rel, Deferred(
+                        N_("a link to {target}, which does not exist"), target=link)))
+                    continue
+                except asyncssh.SFTPError as exc:
+                    listing.not_copied.append((rel, Deferred(
+                        N_("a link to {target} that cannot be followed: {reason}"),
+                        target=link, reason=_reason(exc))))
+                    continue
+            kind = attrs.type
             is_dir = kind == asyncssh.FILEXFER_TYPE_DIRECTORY
             if rules is not None and rules.ignored(rel, is_dir):
-                ignored += 1
+                listing.ignored += 1
                 continue
             if is_dir:
-                todo.append(rel)
+                parent = chain[-1]
+                if link is None:
+                    real = posixpath.join(parent, name) if parent is not None else None
+                    todo.append((rel, (*chain, real), linked, depth))
+                    continue
+                real = await _realpath(sftp, posixpath.join(root, rel))
+                if real is not None and any(c is not None and _contains(real, c)
+                                            for c in chain):
+                    listing.not_copied.append((rel, Deferred(
+                        N_("a link to {target}, a folder that contains the link: a cycle, "
+                           "not followed"), target=link)))
+                    continue
+                if depth >= MAX_LINK_DEPTH:
+                    listing.not_copied.append((rel, Deferred(
+                        N_("a link to {target}: more than {count} links to folders on the way "
+                           "(a cycle?), not followed"), target=link, count=MAX_LINK_DEPTH)))
+                    continue
+                todo.append((rel, (*chain, real), True, depth + 1))
             elif kind == asyncssh.FILEXFER_TYPE_REGULAR:
-                files.append(_Entry(rel, entry.attrs.size or 0, _mtime(entry.attrs.mtime),
-                                    (entry.attrs.permissions or 0o644) & 0o777))
-    files.sort(key=lambda e: e.rel)
-    return files, ignored, False
+                listing.files.append(_Entry(rel, attrs.size or 0, _mtime(attrs.mtime),
+                                            (attrs.permissions or 0o644) & 0o777,
+                                            linked=linked or link is not None, link=link))
+            elif follow_links:
+                listing.not_copied.append((rel, _not_a_file(attrs, link)))
+    listing.files.sort(key=lambda e: e.rel)
+    listing.not_copied.sort(key=lambda p: p[0])
+    return listing
 
 
 def _sha256(path: Path) -> str:
@@ -437,6 +611,7 @@ class _Mover:
         self.totals = totals
         self._last_report = 0.0
         self.made_dirs: set[str] = set()
+        self.umask = 0o022  # a pull: the local umask, read once when it starts
 
     def report(self, force: bool = False) -> None:
         if self.progress is None:
@@ -534,33 +709,37 @@ class _Mover:
         self.totals.current = remote
 
         async def op(sftp: asyncssh.SFTPClient) -> None:
-            part.parent.mkdir(parents=True, exist_ok=True)
+            _make_dirs(part.parent)
             offset = part.stat().st_size if part.exists() else 0
             if offset > size:
                 offset = 0
             if offset:
                 self.summary.resumed += 1
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | (0 if offset else os.O_TRUNC), 0o644)
-            try:
-                async with sftp.open(remote, "rb") as fh:
+            async with sftp.open(remote, "rb") as fh:  # first: one that cannot be read leaves
+                fd = os.open(part,                       # no partial file behind
+                             os.O_WRONLY | os.O_CREAT | (0 if offset else os.O_TRUNC), 0o600)
+                try:
                     await self._pump_down(fh, fd, offset, size)
-            finally:
-                os.close(fd)
-            os.chmod(part, mode | 0o600)  # always readable and writable by its owner here
+                finally:
+                    os.close(fd)
+            os.chmod(part, pulled_mode(mode, self.umask))
             os.utime(part, (mtime, mtime))
             os.replace(part, local)
 
         try:
             await _retrying(self.session, op)
         except asyncssh.SFTPNoSuchFile:
-            raise TransferError(Deferred(N_("{path}: no such file on the instance (it went away)"),
-                                         path=remote)) from None
+            raise _EntryFailed(Deferred(N_("it went away on the instance while it was copied"))
+                               ) from None
         except (asyncssh.SFTPError, OSError) as exc:
             if _is_no_space(exc):
                 raise DiskFull(Deferred(
                     N_("the local disk is full writing {path}; the partial file is kept — free "
                        "space and run the same command to resume"), path=local)) from None
-            raise TransferError(Deferred(N_("{path}: {reason}"), path=remote,
+            if isinstance(exc, asyncssh.SFTPError):  # the instance's side: this file only
+                raise _EntryFailed(Deferred(N_("it cannot be read: {reason}"),
+                                            reason=_reason(exc))) from None
+            raise TransferError(Deferred(N_("{path}: {reason}"), path=local,
                                          reason=_reason(exc))) from None
 
     async def _pump_down(self, fh: asyncssh.SFTPClientFile, fd: int, offset: int,
@@ -579,7 +758,7 @@ class _Mover:
                 start, task = pending.pop(0)
                 data = await task
                 if not data:
-                    raise TransferError(Deferred(N_("the remote file got shorter while it was read")))
+                    raise _EntryFailed(Deferred(N_("the remote file got shorter while it was read")))
                 os.pwrite(fd, data, start)
                 at = start + len(data)
                 self.moved(len(data))
@@ -604,9 +783,10 @@ async def _run_all(jobs: list[Callable[[], Any]], mover: _Mover) -> None:
     async def worker() -> None:
         while queue:
             job = queue.pop()
-            await job()
+            came = await job()
             mover.totals.files_done += 1
-            mover.summary.files += 1
+            if came is not False:  # False: that file did not come (a pull says why)
+                mover.summary.files += 1
             mover.report()
 
     workers = [asyncio.ensure_future(worker()) for _ in range(min(FILES_AT_ONCE, len(jobs)))]
@@ -641,8 +821,7 @@ async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = F
             is_dir = attrs is not None and attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY
             if local.is_file():
                 return [], attrs is not None, is_dir
-            entries, _ign, _is_file = await _remote_files(sftp, target, None)
-            return entries, attrs is not None, is_dir
+            return (await _remote_files(sftp, target, None)).files, attrs is not None, is_dir
 
         existing, _exists, target_is_dir = await _retrying(mover.session, listing)
         if local.is_file():
@@ -704,7 +883,9 @@ async def pull(link: Link, remote: str, local: Path | str | None = None, *, chec
                progress: ProgressCallback | None = None, home: str | None = None,
                inside_home: bool = False) -> TransferSummary:
     """Bring `remote` (a file or folder) home; only what changed. `local` is the copy (a file
-    into an existing folder goes inside it); None: `./<name of remote>`."""
+    into an existing folder goes inside it); None: `./<name of remote>`. Links on the
+    instance come as what they point to; what cannot come is in the summary's `not_copied`
+    (the rest comes all the same)."""
     local = Path(local) if local is not None else None
     started = time.monotonic()
     home = home or await remote_home(link)
@@ -713,18 +894,39 @@ async def pull(link: Link, remote: str, local: Path | str | None = None, *, chec
     summary = TransferSummary("pull", source, str(local or "."))
     totals = TransferProgress(0, 0)
     mover = _Mover(link, progress, summary, totals)
+    mover.umask = local_umask()
     try:
-        async def listing(sftp: asyncssh.SFTPClient) -> tuple[list[_Entry], int, bool]:
-            return await _remote_files(sftp, source, rules)
+        async def listing(sftp: asyncssh.SFTPClient) -> _Listing:
+            return await _remote_files(sftp, source, rules, follow_links=True)
 
-        entries, ignored, is_file = await _retrying(mover.session, listing)
-        summary.ignored = ignored
-        if not entries and not is_file:
-            async def exists(sftp: asyncssh.SFTPClient) -> bool:
-                return await _remote_stat(sftp, source) is not None
-            if not await _retrying(mover.session, exists):
+        found = await _retrying(mover.session, listing)
+        entries, is_file = found.files, found.is_file
+        summary.ignored = found.ignored
+        if not entries and not is_file and not found.not_copied:
+            async def dangling(sftp: asyncssh.SFTPClient) -> str | None:
+                """None: it exists; "": nothing there; else the target of a dangling link."""
+                if await _remote_stat(sftp, source) is not None:
+                    return None
+                try:
+                    attrs = await sftp.lstat(source)
+                except asyncssh.SFTPNoSuchFile:
+                    return ""
+                if attrs.type != asyncssh.FILEXFER_TYPE_SYMLINK:
+                    return ""
+                return await _readlink(sftp, source)
+
+            target = await _retrying(mover.session, dangling)
+            if target == "":
                 raise BadInput(Deferred(N_("{path}: no such file or folder on the instance"),
                                         path=remote))
+            if target is not None:
+                raise BadInput(Deferred(N_("{path}: a link to {target}, which does not exist on "
+                                           "the instance"), path=remote, target=target))
+
+        def where(rel: str) -> str:
+            return source if rel in ("", ".") else posixpath.join(source, rel)
+
+        summary.not_copied = [(where(rel), why) for rel, why in found.not_copied]
         name = posixpath.basename(source.rstrip("/")) or "home"
         if local is None:
             dest_root = Path.cwd() / name
@@ -733,7 +935,7 @@ async def pull(link: Link, remote: str, local: Path | str | None = None, *, chec
         else:
             dest_root = local
         if is_file:
-            pairs = [(entries[0], source, dest_root)]
+            pairs = [(e, source, dest_root) for e in entries]
         else:
             pairs = [(e, posixpath.join(source, e.rel), dest_root / e.rel) for e in entries]
         summary.target = str(dest_root)
@@ -759,14 +961,34 @@ async def pull(link: Link, remote: str, local: Path | str | None = None, *, chec
                     unchanged.add(e.rel)
             changed = [c for c in changed if c[0].rel not in unchanged]
         summary.skipped = len(pairs) - len(changed)
+        moving = {e.rel for e, _s, _d in changed}
+        summary.skipped_links = sum(1 for e, _s, _d in pairs if e.linked and e.rel not in moving)
         totals.files_total = len(changed)
         totals.bytes_total = sum(e.size for e, _s, _d in changed)
         mover.report(force=True)
+        came: list[Path] = []
+
+        async def fetch(e: _Entry, s: str, d: Path) -> bool:
+            try:
+                await mover.get(s, d, e.size, e.mtime, e.mode)
+            except _EntryFailed as exc:
+                why: str = exc.why
+                if e.link is not None:
+                    why = Deferred(N_("a link to {target}: {reason}"), target=e.link,
+                                   reason=exc.why)
+                summary.not_copied.append((where(e.rel), why))
+                return False
+            came.append(d)
+            if e.linked:
+                summary.links += 1
+            return True
+
         await _run_all([
-            (lambda e=e, s=s, d=d: mover.get(s, d, e.size, e.mtime, e.mode))  # type: ignore[misc]
+            (lambda e=e, s=s, d=d: fetch(e, s, d))  # type: ignore[misc]
             for e, s, d in changed
         ], mover)
-        summary.paths = [str(d) for _e, _s, d in changed]
+        summary.paths = [str(d) for _e, _s, d in changed if d in set(came)]
+        summary.not_copied.sort(key=lambda p: p[0])
     finally:
         await mover.close()
     summary.seconds = time.monotonic() - started

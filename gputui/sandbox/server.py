@@ -161,6 +161,11 @@ class _InstanceSFTP(asyncssh.SFTPServer):
         with contextlib.suppress(Exception):
             self.channel.exit(0)
 
+    def readlink(self, path: bytes) -> bytes:
+        """A link's target as written, as OpenSSH's sftp-server answers (asyncssh's chroot
+        resolves it against the server's own working folder instead)."""
+        return os.readlink(self.map_path(path))
+
 
 class InstanceServer:
     """A running sandbox SSH server. `.port`, `.close()`, `await .wait_closed()`."""

@@ -580,6 +580,9 @@ class JobService:
             except (TransferError, SSHLayerError) as exc:
                 raise JobError(_("{name}: pulling {remote}: {error}").format(
                     name=inst.name, remote=item["remote"], error=exc)) from None
+        missing = [(path, why) for summary in done for path, why in summary.not_copied]
+        if missing:  # what was asked for is not all home: whoever releases must hold
+            raise JobError(_not_home(inst.name, missing))
         return done
 
     async def finish(self, inst: Instance, *, force: bool = False) -> str | None:
@@ -853,6 +856,21 @@ _POLICY_DONE = {"release": "released", "stop": "stopped", "keep": "kept"}
 
 def _outcome(word: str) -> Deferred:
     return Deferred(_OUTCOMES.get(word, word))
+
+
+def _not_home(name: str, missing: list[tuple[str, str]], shown_max: int = 5) -> str:
+    """One line: which entries of a pull did not come home and why, and the ways out."""
+    from gputui.i18n import ngettext, shown
+
+    entries = "; ".join(f"{path} ({shown(why)})" for path, why in missing[:shown_max])
+    if len(missing) > shown_max:
+        entries += " " + _("and {count} more").format(count=len(missing) - shown_max)
+    return ngettext(
+        "{count} entry asked for did not come home: {entries} — fix it on the instance (the "
+        "pull is tried again), or `gputui release {name}` releases it anyway",
+        "{count} entries asked for did not come home: {entries} — fix them on the instance "
+        "(the pull is tried again), or `gputui release {name}` releases it anyway",
+        len(missing)).format(name=name, count=len(missing), entries=entries)
 
 
 def _pulls(rec: WhenDone) -> str:

@@ -268,3 +268,50 @@ def test_ctrl_c_asks_whether_to_stop_the_run_and_the_timer_stays(gputui_home: Pa
     assert rows[0]["status"] == "cancelled"
     [inst] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
     assert inst["status"] == "running" and inst["release_at"] is not None
+
+
+def test_results_through_links_come_home_or_the_release_is_held(gputui_home: Path,
+                                                                tmp_path: Path):
+    """The drill: a run writes ckpt/final.pt and links out2/final.pt -> ../ckpt/final.pt;
+    `when-done release --pull out2 --to DIR` brings final.pt home before releasing. A link
+    that leads nowhere holds the release, names the entry and why, and says the ways out;
+    `gputui pull` copies links as files and names what did not come (exit 1)."""
+    iid = create(gputui_home, "lnk")
+    add = gputui(gputui_home, "jobs", "lnk", "add", "--",
+                 "mkdir -p ckpt out2 && echo weights > ckpt/final.pt && "
+                 "ln -s ../ckpt/final.pt out2/final.pt && ln -s ../ckpt/gone.pt out2/gone.pt")
+    assert add.returncode == 0, add.stderr
+    root = gputui_home / "sandbox" / "instances" / iid
+    wait_for(root / ".gputui" / "jobs" / "queue_end.json")
+    # plain pull: the link comes as the file, the dangling one is named, exit 1
+    pulled = gputui(gputui_home, "pull", "lnk", "out2", str(tmp_path / "p"))
+    assert pulled.returncode == 1, pulled.stderr
+    assert (tmp_path / "p" / "final.pt").read_text() == "weights\n"
+    assert "1 files (1 through a link)" in pulled.stdout and "1 did not come" in pulled.stdout
+    assert "out2/gone.pt: did not come: a link to ../ckpt/gone.pt, which does not exist" \
+        in pulled.stderr
+    as_json = gputui(gputui_home, "pull", "lnk", "out2", str(tmp_path / "p"), "--json")
+    assert as_json.returncode == 1
+    summary = json.loads(as_json.stdout)
+    assert summary["skipped"] == 1 and summary["skipped_links"] == 1
+    assert [d["path"] for d in summary["not_copied"]] == ["out2/gone.pt"]
+    # when-done release: held, and says which entry and why, and the ways out
+    results = tmp_path / "results"
+    wd = gputui(gputui_home, "jobs", "lnk", "when-done", "release", "--pull", "out2", "--to",
+                str(results))
+    assert wd.returncode == 0, wd.stderr
+    assert "done now: kept" in wd.stdout
+    assert "out2/gone.pt (a link to ../ckpt/gone.pt, which does not exist)" in wd.stderr
+    assert "gputui release lnk" in wd.stderr and "released, results in" not in wd.stderr
+    assert (results / "final.pt").read_text() == "weights\n"
+    [inst] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
+    assert inst["status"] == "running" and root.exists()
+    reap = gputui(gputui_home, "reap", "--json")  # kept again: an error to report, exit 1
+    held = json.loads(reap.stdout)
+    assert reap.returncode == 1 and held["released"] == []
+    assert any("lnk: kept" in e for e in held["errors"]), held
+    # fixed on the instance: the next look pulls it and releases
+    (root / "out2" / "gone.pt").unlink()
+    reap = gputui(gputui_home, "reap", "--json")
+    assert json.loads(reap.stdout)["released"] == ["lnk"], reap.stderr
+    assert (results / "final.pt").read_text() == "weights\n" and not root.exists()

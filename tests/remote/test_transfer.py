@@ -237,8 +237,142 @@ async def test_a_hostile_sftp_server_cannot_name_a_file_outside_the_copy(tmp_pat
         async with asyncssh.connect("127.0.0.1", port, username="u", client_keys=[client_key],
                                     known_hosts=known, config=None, agent_path=None) as conn:
             async with conn.start_sftp_client() as sftp:
-                entries, _ignored, is_file = await transfer._remote_files(sftp, "res", None)
+                listing = await transfer._remote_files(sftp, "res", None, follow_links=True)
     finally:
         server.close()
         await server.wait_closed()
-    assert not is_file and [e.rel for e in entries] == ["ok.txt"]
+    assert not listing.is_file and [e.rel for e in listing.files] == ["ok.txt"]
+    assert listing.not_copied == []
+
+
+def unreadable_target(tmp_path: Path) -> Path:
+    """A file outside the instance that this user cannot read: one with no permissions, or,
+    for root (who reads those), a kernel file that refuses even root."""
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"not yours")
+    secret.chmod(0)
+    for path in (secret, Path("/proc/sys/vm/drop_caches")):
+        try:
+            with path.open("rb") as fh:
+                fh.read(1)
+        except PermissionError:
+            return path
+    pytest.skip("no file here that this user cannot read")
+
+
+async def test_pull_copies_links_as_what_they_point_to(services: Services, tmp_path: Path):
+    """A run writes ckpt/…, and links to it from the folder asked for: the links come home as
+    the files and folders they point to, and the summary counts them."""
+    inst = await rent(services)
+    link = await services.link(inst)
+    root = instance_root(services, inst)
+    (root / "ckpt" / "step_3").mkdir(parents=True)
+    (root / "ckpt" / "final.pt").write_bytes(b"weights" * 1000)
+    (root / "ckpt" / "step_3" / "model.pt").write_bytes(b"step3")
+    (root / "out2" / "logs").mkdir(parents=True)
+    (root / "out2" / "logs" / "train.log").write_text("loss 0.1\n")
+    os.symlink("../ckpt/final.pt", root / "out2" / "final.pt")
+    os.symlink("../ckpt/step_3", root / "out2" / "best")  # a link to a folder
+    os.symlink(str(root / "ckpt" / "final.pt"), root / "out2" / "abs.pt")  # absolute
+    os.symlink("final.pt", root / "out2" / "again.pt")  # a link to a link
+    dest = tmp_path / "res"
+    got = await pull(link, "out2", dest)
+    assert (dest / "final.pt").read_bytes() == b"weights" * 1000
+    assert not (dest / "final.pt").is_symlink()
+    assert (dest / "best" / "model.pt").read_bytes() == b"step3"
+    assert (dest / "abs.pt").read_bytes() == b"weights" * 1000
+    assert (dest / "again.pt").read_bytes() == b"weights" * 1000
+    assert (dest / "logs" / "train.log").read_text() == "loss 0.1\n"
+    assert got.files == 5 and got.links == 4 and got.not_copied == []
+    summary = got.as_dict()
+    assert summary["links"] == 4 and summary["not_copied"] == []
+    # unchanged the second time, links included
+    again = await pull(link, "out2", dest)
+    assert again.files == 0 and again.skipped == 5 and again.skipped_links == 4
+    # the folder asked for may itself be a link, and so may a single file
+    os.symlink("out2", root / "latest")
+    assert (await pull(link, "latest", tmp_path / "latest")).files == 5
+    one = await pull(link, "out2/final.pt", tmp_path / "one.pt")
+    assert one.links == 1 and (tmp_path / "one.pt").read_bytes() == b"weights" * 1000
+
+
+async def test_pull_names_each_entry_that_cannot_come_and_brings_the_rest(
+        services: Services, tmp_path: Path):
+    inst = await rent(services)
+    link = await services.link(inst)
+    root = instance_root(services, inst)
+    out = root / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "good.txt").write_text("good\n")
+    os.symlink("../ckpt/missing.pt", out / "dangling.pt")
+    os.symlink("..", out / "sub" / "up")  # a folder that contains the link: a cycle
+    os.symlink("loop.pt", out / "loop.pt")  # a link to itself
+    secret = unreadable_target(tmp_path)
+    os.symlink(str(secret), out / "escape.bin")  # out of the instance, to what cannot be read
+    os.mkfifo(out / "pipe")
+    dest = tmp_path / "res"
+    got = await pull(link, "out", dest)
+    assert (dest / "good.txt").read_text() == "good\n"
+    assert got.files == 1
+    why = dict(got.not_copied)
+    assert set(why) == {"out/dangling.pt", "out/sub/up", "out/loop.pt", "out/escape.bin",
+                        "out/pipe"}, why
+    assert "../ckpt/missing.pt" in why["out/dangling.pt"]
+    assert "does not exist" in why["out/dangling.pt"]
+    assert "cycle" in why["out/sub/up"]
+    assert "cannot be followed" in why["out/loop.pt"]
+    assert str(secret) in why["out/escape.bin"] and "ermission denied" in why["out/escape.bin"]
+    assert "FIFO" in why["out/pipe"]
+    for name in ("dangling.pt", "loop.pt", "escape.bin", "pipe", "sub/up"):
+        assert not (dest / name).exists(), name
+    assert not list(dest.rglob("*.gputui-part"))
+    assert [d["path"] for d in got.as_dict()["not_copied"]] == sorted(why)
+    # a link to a folder higher up that leads back into the pulled folder: a cycle too
+    os.remove(out / "sub" / "up")
+    os.symlink("../..", out / "sub" / "top")
+    got = await pull(link, "out", tmp_path / "res2")
+    assert "cycle" in dict(got.not_copied)["out/sub/top"]
+    # the folder asked for is a dangling link: said so, nothing written
+    os.symlink("nowhere", root / "gone")
+    with pytest.raises(BadInput, match="a link to nowhere, which does not exist"):
+        await pull(link, "gone", tmp_path / "gone")
+    assert not (tmp_path / "gone").exists()
+
+
+async def test_pulled_files_take_the_local_umask_never_world_writable(services: Services,
+                                                                       tmp_path: Path):
+    inst = await rent(services)
+    link = await services.link(inst)
+    root = instance_root(services, inst)
+    (root / "res").mkdir()
+    for name, mode in (("open.txt", 0o666), ("tool.sh", 0o777), ("mine.txt", 0o600)):
+        (root / "res" / name).write_text(name)
+        (root / "res" / name).chmod(mode)
+    (root / "res" / "sub").mkdir(mode=0o777)
+    (root / "res" / "sub" / "deep.txt").write_text("deep")
+    (root / "res" / "sub" / "deep.txt").chmod(0o666)
+    old = os.umask(0o077)
+    try:
+        got = await pull(link, "res", tmp_path / "strict")
+    finally:
+        os.umask(old)
+    assert got.files == 4
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "strict").rglob("*")}
+    assert modes == {"open.txt": 0o600, "tool.sh": 0o700, "mine.txt": 0o600, "sub": 0o700,
+                     "deep.txt": 0o600}
+    assert (tmp_path / "strict").stat().st_mode & 0o077 == 0  # the folder made here too
+    old = os.umask(0)
+    try:
+        await pull(link, "res", tmp_path / "loose")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "loose").rglob("*")}
+    assert modes == {"open.txt": 0o664, "tool.sh": 0o775, "mine.txt": 0o600, "sub": 0o775,
+                     "deep.txt": 0o664}  # never writable by everyone, even with umask 0
+    assert (tmp_path / "loose").stat().st_mode & 0o002 == 0
+    assert transfer.pulled_mode(0o666, 0) & 0o002 == 0
+    old = os.umask(0o027)
+    try:
+        assert transfer.local_umask() == 0o027
+    finally:
+        os.umask(old)

@@ -337,3 +337,82 @@ async def test_a_runs_gpu_figures_are_its_own_processes_not_the_cards(services: 
     # its own process (a grandchild) holds 2 GiB; the card's use while it had a process there
     assert own.gpu_mem_max_mib == 2048
     assert own.gpu_util_avg is not None and own.gpu_util_avg >= 50
+
+
+async def test_when_done_release_brings_results_reached_through_links_home(services: Services,
+                                                                           tmp_path: Path):
+    """A run writes ckpt/ and links to it from the folder asked for (`out2/final.pt ->
+    ../ckpt/final.pt`, `best -> ckpt/step_2`): the links come home as what they point to,
+    then the instance is released."""
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec(
+        "mkdir -p ckpt/step_2 out2 && echo weights > ckpt/final.pt && echo s2 > ckpt/step_2/m.pt"
+        " && ln -s ../ckpt/final.pt out2/final.pt && ln -s ../ckpt/step_2 out2/best", name="w")])
+    dest = tmp_path / "results"
+    await jobs.set_when_done(inst, "release", pulls=[("out2", str(dest))])
+    await jobs.wait(inst)
+    assert await jobs.finish(inst, force=True) == "released"
+    assert (dest / "final.pt").read_text() == "weights\n" and not (dest / "final.pt").is_symlink()
+    assert (dest / "best" / "m.pt").read_text() == "s2\n"
+    assert (await services.store.get_instance(inst.id)).status == InstanceStatus.RELEASED
+
+
+def _unreadable(tmp_path: Path) -> Path:
+    from tests.remote.test_transfer import unreadable_target
+
+    return unreadable_target(tmp_path)
+
+
+@pytest.mark.parametrize(("case", "why"), [
+    ("dangling", "a link to ../ckpt/final.pt, which does not exist"),
+    ("cycle", "a folder that contains the link: a cycle"),
+    ("unreadable", "ermission denied"),
+])
+async def test_a_link_that_cannot_come_holds_the_release_and_says_why(
+        services: Services, tmp_path: Path, case: str, why: str):
+    from gputui.store import Notice
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    make = {"dangling": "ln -s ../ckpt/final.pt out2/final.pt",
+            "cycle": "mkdir -p out2/sub && ln -s .. out2/sub/final.pt",
+            "unreadable": f"ln -s {_unreadable(tmp_path)} out2/final.pt"}[case]
+    await jobs.add(inst, [JobSpec(f"mkdir -p out2 && echo ok > out2/log.txt && {make}")])
+    dest = tmp_path / "results"
+    await jobs.set_when_done(inst, "release", pulls=[("out2", str(dest))])
+    notices: list[Notice] = []
+    services.store.subscribe(lambda e: notices.append(e) if isinstance(e, Notice) else None)
+    await jobs.wait(inst)
+    assert await jobs.finish(inst, force=True) == "kept"
+    kept = await services.store.get_instance(inst.id)
+    assert kept.status == InstanceStatus.RUNNING  # not released: a result is not home
+    assert (dest / "log.txt").read_text() == "ok\n"  # what could come, came
+    [alarm] = [n for n in notices if n.severity == "error"]
+    entry = "out2/sub/final.pt" if case == "cycle" else "out2/final.pt"
+    assert entry in alarm.text and why in alarm.text, alarm.text
+    assert "kept, not released" in alarm.text
+    assert f"`gputui release {inst.name}` releases it anyway" in alarm.text
+    assert "tried again" in alarm.text
+    assert not any("queue done" in n.text for n in notices)
+    # the way out: the link is fixed on the instance, and the next look pulls and releases
+    root = root_of(services, inst)
+    target = root / entry
+    target.unlink()
+    target.write_text("fixed\n")
+    assert await jobs.finish(inst, force=True) == "released"
+    assert (dest / entry.removeprefix("out2/")).read_text() == "fixed\n"
+
+
+async def test_a_timed_release_is_held_while_a_linked_result_cannot_come(services: Services,
+                                                                         tmp_path: Path):
+    """The timer (or idle, or budget) releasing: the same rule — held, with the reason."""
+    from gputui.services.jobs import release_allowed
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("mkdir -p out && ln -s missing.pt out/best.pt", name="w")])
+    await jobs.set_when_done(inst, "keep", pulls=[("out", str(tmp_path / "out"))])
+    await jobs.wait(inst)
+    assert await release_allowed(services, inst) is False
+    assert (await services.store.get_instance(inst.id)).status == InstanceStatus.RUNNING
