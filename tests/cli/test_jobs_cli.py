@@ -38,8 +38,10 @@ def wait_for(path: Path, deadline_s: float = 120) -> None:
 def make_project(root: Path) -> None:
     (root / "src").mkdir(parents=True)
     (root / "src" / "train.py").write_text(
-        "import os, sys\n"
+        "import os, sys, time\n"
         "name = sys.argv[1]\n"
+        "while os.path.exists('hold'):  # the test lets the queue go when it is ready\n"
+        "    time.sleep(0.05)\n"
         "print('training', name, 'on GPUs', os.environ.get('CUDA_VISIBLE_DEVICES', 'all'))\n"
         "if name == 'bad':\n"
         "    print('diverged', file=sys.stderr); sys.exit(4)\n"
@@ -57,10 +59,11 @@ def test_push_queue_close_everything_then_reap_pulls_and_releases(gputui_home: P
     iid = create(gputui_home, "exp")
     proj = tmp_path / "proj"
     make_project(proj)
+    (proj / "hold").write_text("")  # the runs wait until when-done is set (a slow machine)
     push = gputui(gputui_home, "push", "exp", str(proj), "--json")
     assert push.returncode == 0, push.stderr
     summary = json.loads(push.stdout)
-    assert summary["files"] == 2 and summary["ignored"] == 2 and summary["skipped"] == 0
+    assert summary["files"] == 3 and summary["ignored"] == 2 and summary["skipped"] == 0
     root = gputui_home / "sandbox" / "instances" / iid
     assert (root / "proj" / "src" / "train.py").exists() and not (root / "proj" / ".git").exists()
     # the console's Queue-a-run dialog offers the pushed folder as the working folder
@@ -84,6 +87,7 @@ def test_push_queue_close_everything_then_reap_pulls_and_releases(gputui_home: P
                 "--to", str(results))
     assert wd.returncode == 0, wd.stderr
     assert "released" in wd.stdout
+    (root / "proj" / "hold").unlink()  # the runs start now, with no gputui process left
 
     # every gputui process has ended; the queue goes on by itself on the instance
     wait_for(root / ".gputui" / "jobs" / "queue_end.json")
