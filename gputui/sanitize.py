@@ -9,12 +9,17 @@ user labels, file contents.
   "CSV injection" advice says.
 - `check_label`: labels refuse control characters on the way in (`--name`, the console's
   forms); the message names the field.
+- `mask_secrets` / `clean_masked` / `log_text`: secrets (API keys, tokens) out of text that is
+  shown, stored or logged. The text is cleaned *before* it is masked: an escape sequence or a
+  zero-width character inside a key would otherwise hide it from the match and be stripped
+  after, leaving the key whole. A cut never leaves the start (or end) of a key behind.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 
 MAX_TEXT_CHARS = 256
 
@@ -77,3 +82,75 @@ def csv_cell(value: object, limit: int = 4096) -> str:
 def has_control(text: str) -> bool:
     """Whether `text` holds a control or format character (escape, BEL, bidi override...)."""
     return any(not ch.isprintable() and ch != " " for ch in text)
+
+
+MASK = "***"
+LOG_CHARS = 200  # a logged message longer than this is cut, its size said
+
+
+def _variants(secrets: Iterable[str | None]) -> list[str]:
+    """Each secret as given and as cleaned (a key holding a character the cleaning drops),
+    longest first; nothing shorter than 6 characters (it would mask ordinary words)."""
+    found: set[str] = set()
+    for secret in secrets:
+        if not secret:
+            continue
+        for form in (secret, secret.strip(), sanitize(secret, len(secret) + 1)):
+            if len(form) >= 6:
+                found.add(form)
+    return sorted(found, key=len, reverse=True)
+
+
+def mask_secrets(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with each secret replaced by `***`. Give it cleaned text (`clean_masked` does)."""
+    for secret in _variants(secrets):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def _mask_edges(text: str, secrets: list[str], head: bool, tail: bool) -> str:
+    """A cut text whose end (or start) is the start (or end) of a secret: that part masked."""
+    for secret in secrets:
+        for n in range(min(len(secret), len(text)) - 1, 3, -1):
+            if tail and text.endswith(secret[:n]):
+                text = text[:-n] + MASK
+                break
+        for n in range(min(len(secret), len(text)) - 1, 3, -1):
+            if head and text.startswith(secret[-n:]):
+                text = MASK + text[n:]
+                break
+    return text
+
+
+def clean_masked(value: object, secrets: Iterable[str | None], limit: int = MAX_TEXT_CHARS,
+                 *, keep: str = "head", lines: bool = False) -> str:
+    """`sanitize`, then mask the secrets, then cut to `limit` characters: the head (an ellipsis
+    at the end) or, `keep="tail"`, the tail (command output: the end matters). `lines` keeps
+    line breaks (each line cleaned on its own)."""
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+    if lines:
+        text = "\n".join(sanitize(line, len(line) + 1) for line in text.splitlines())
+    else:
+        text = sanitize(text, len(text) + 1)
+    found = _variants(secrets)
+    for secret in found:
+        text = text.replace(secret, MASK)
+    if len(text) <= limit:
+        return text
+    if keep == "tail":
+        return _mask_edges(text[-limit:], found, head=True, tail=False)
+    return _mask_edges(text[: max(0, limit - 1)].rstrip(), found, head=False, tail=True) + "\u2026"
+
+
+def log_text(value: object, secrets: Iterable[str | None], limit: int = LOG_CHARS) -> str:
+    """A message fit for a log: one line, cleaned, secrets masked, and at most `limit`
+    characters of it, then `… (N bytes)` saying how long it was (a 200 kB command would take a
+    terminal handler seconds to minutes to lay out)."""
+    raw = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+    text = clean_masked(raw, secrets, len(raw) + 1)
+    if len(text) <= limit:
+        return text
+    found = _variants(secrets)
+    size = len(raw.encode("utf-8", errors="replace"))
+    return (_mask_edges(text[:limit], found, head=False, tail=True)
+            + f"\u2026 ({size} bytes)")

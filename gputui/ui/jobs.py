@@ -330,12 +330,14 @@ class JobsScreen(BaseScreen):
 
     @work(group="jobs-act", exit_on_error=False)
     async def add(self, inst: Instance, form: dict[str, str]) -> None:
+        from gputui.format import check_label
         from gputui.services.jobs import JobSpec, parse_gpus
 
         try:
             if not form.get("command"):
                 raise ValueError(_("no command given"))
-            spec = JobSpec(form["command"], name=form.get("name") or None,
+            label = check_label(form["name"], _("Label")) if form.get("name") else None
+            spec = JobSpec(form["command"], name=label,
                            gpus=parse_gpus(form.get("gpus") or None, inst.gpu_count))
             [job_id] = await self._service().add(inst, [spec])
         except Exception as exc:
