@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -323,3 +324,52 @@ async def test_an_agent_pushes_queues_reads_and_pulls_inside_its_folders(gputui_
         assert done["outcome"] == "released", done
         assert (work / "final" / "result.txt").read_text() == "loss 0.125\n"
     assert instances(gputui_home) == []
+
+
+async def test_a_long_command_is_logged_cut_and_other_calls_are_answered_meanwhile(
+        gputui_home: Path):
+    """A 200 kB run_command was logged whole through Rich at INFO: minutes of layout on stderr,
+    and a `release` sent meanwhile went unanswered. Now the log holds its first 200
+    characters and its size, and the release is answered at once."""
+    import asyncio
+    import time
+
+    config = f'[providers.lambda]\nenabled = false\napi_key = "{SECRET}"\n'
+    async with agent(gputui_home, config) as session:
+        for name in ("busy", "spare", "other"):
+            data(await session.call_tool("create", {"gpu": "RTX 4090", "name": name,
+                                                    "release_after": "10m"}))
+        started = time.monotonic()
+        data(await session.call_tool("release", {"name": "other", "confirm": True}))
+        alone = time.monotonic() - started  # a release with nothing else going on
+
+        # a shell script of 100 kB: a comment that size, then a few seconds of work
+        command = f"echo start {SECRET}\n#{'x' * 100_000}\nsleep 4; echo done"
+        long = asyncio.create_task(session.call_tool("run_command", {
+            "name": "busy", "command": command, "timeout_s": 120}))
+        await asyncio.sleep(1.0)  # the long call is in, and logged
+        assert not long.done()
+        started = time.monotonic()
+        gone = data(await session.call_tool("release", {"name": "spare", "confirm": True}))
+        meanwhile = time.monotonic() - started
+        assert gone["released"]
+        assert not long.done(), "the release was answered only after the long call ended"
+        assert meanwhile < alone + 1.0, (meanwhile, alone)
+        run = data(await long)
+        assert run["exit_status"] == 0 and "done" in run["stdout"], run
+        assert "start ***" in run["stdout"]
+        # 200 kB: more than a shell takes as one argument (it fails), logged cut all the same
+        huge = f"echo {SECRET} #{'y' * 200_000}"
+        started = time.monotonic()
+        result = await session.call_tool("run_command", {"name": "busy", "command": huge})
+        print(result)
+        assert time.monotonic() - started < alone + 5
+        data(await session.call_tool("release", {"name": "busy", "confirm": True}))
+    log = (gputui_home / "mcp.err").read_text()
+    assert "x" * 1000 not in log and "y" * 1000 not in log and len(log) < 100_000
+    for text, mark in ((command, "echo start"), (huge, "y" * 50)):
+        [line] = [ln for ln in log.splitlines() if mark in ln and "Command:" in ln]
+        size = re.fullmatch(r".*\u2026 \((\d+) bytes\)", line)  # the logged message's size
+        assert size and 0 <= int(size[1]) - len(text.encode()) < 100 and len(line) < 400, line
+    assert "echo start *** #xxxx" in log and "echo *** #yyyy" in log
+    assert SECRET not in log and "\x1b" not in log
