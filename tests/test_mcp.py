@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -373,3 +374,74 @@ async def test_a_long_command_is_logged_cut_and_other_calls_are_answered_meanwhi
         assert size and 0 <= int(size[1]) - len(text.encode()) < 100 and len(line) < 400, line
     assert "echo start *** #xxxx" in log and "echo *** #yyyy" in log
     assert SECRET not in log and "\x1b" not in log
+
+
+def _files_gputui_wrote(home: Path) -> dict[str, bytes]:
+    """Every file under the state folder (the database, its journal, the MCP server's stderr,
+    when-done records...) but config.toml, which holds the key, and the sandbox's instances
+    (the instance's own disk: its queue holds the command as given)."""
+    return {str(p.relative_to(home)): p.read_bytes() for p in home.rglob("*")
+            if p.is_file() and p.name != "config.toml" and "sandbox" not in p.parts}
+
+
+async def test_a_key_never_reaches_a_log_the_database_or_an_export(gputui_home: Path,
+                                                                   tmp_path: Path):
+    """The drill's leaks: a key split by an escape sequence passed the mask (masked before the
+    escape was stripped); the server's stderr printed commands whole; `run_costs` in the
+    state database and `costs --runs --json` kept a run's command with the key in clear."""
+    import subprocess
+
+    from tests.conftest import GPUTUI, run_gputui_env
+
+    work = tmp_path / "work"
+    work.mkdir()
+    config = (f'[mcp]\nlocal_folder = "{work}"\n'
+              f'[providers.lambda]\nenabled = false\napi_key = "{SECRET}"\n')
+    # printf writes the key with an escape sequence inside it: the command holds no key, the
+    # output holds it split; a terminal (and the sanitiser) would join it again
+    split = SECRET[:9] + "\\033[0m" + SECRET[9:]
+    async with agent(gputui_home, config) as session:
+        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "keeper"}))
+        run = data(await session.call_tool("run_command", {
+            "name": "keeper", "command": f"printf 'a={split}\\n'; printf 'b={split}\\n' >&2"}))
+        assert run["stdout"] == "a=***" and run["stderr"] == "b=***", run
+        added = data(await session.call_tool("jobs_add", {
+            "name": "keeper", "label": "leaky",
+            "commands": [f"echo key={SECRET}", f"printf 'c={split}\\n'"]}))
+        queue = await _until_finished(session, "keeper")  # records the runs' costs
+        assert [r["status"] for r in queue["runs"]] == ["succeeded", "succeeded"], queue
+        assert queue["runs"][0]["command"] == "echo key=***"
+        log = data(await session.call_tool("jobs_log", {"name": "keeper",
+                                                        "job": added["ids"][1]}))
+        assert log["lines"] == ["c=***"], log
+        out = await asyncio.to_thread(subprocess.run, [*GPUTUI, "costs", "--runs", "--json"],
+                                      env=run_gputui_env(gputui_home), capture_output=True,
+                                      text=True, timeout=60)
+        runs = json.loads(out.stdout)
+        assert [r["command"] for r in runs] == ["echo key=***", f"printf 'c={split}\\n'"]
+        assert [r["label"] for r in runs] == ["leaky-1", "leaky-2"]
+        data(await session.call_tool("release", {"name": "keeper", "confirm": True}))
+    wrote = _files_gputui_wrote(gputui_home)
+    assert "state.db" in wrote and "mcp.err" in wrote
+    assert b"Command: printf" in wrote["mcp.err"]  # commands are logged, masked
+    leaks = [name for name, blob in wrote.items() if SECRET.encode() in blob]
+    assert leaks == [], leaks
+    assert SECRET not in out.stdout + out.stderr
+
+    # a row stored before commands were masked on the way in: masked on the way out
+    from gputui.store import SessionStore
+
+    store = SessionStore(gputui_home / "state.db")
+    try:
+        store.record_run_cost_sync("old", "1", {
+            "instance_id": "old", "instance": "old", "job_id": "1", "label": "x",
+            "command": f"echo {SECRET[:9]}\x1b[1m{SECRET[9:]}", "status": "succeeded",
+            "exit_code": 0, "gpu": "RTX 4090", "gpus": None, "gpu_count": 1,
+            "started_at": utcnow().isoformat(), "ended_at": utcnow().isoformat(),
+            "seconds": 1.0, "rate_per_hour": "1", "cost": "0.01", "currency": "USD"}, 0.0)
+    finally:
+        store.close()
+    out = subprocess.run([*GPUTUI, "costs", "--runs", "--json"], env=run_gputui_env(gputui_home),
+                         capture_output=True, text=True, timeout=60)
+    old = json.loads(out.stdout)[0]
+    assert old["command"] == "echo ***" and SECRET not in out.stdout, old
