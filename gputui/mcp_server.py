@@ -161,10 +161,12 @@ class Gateway:
             text = default
         if not isinstance(text, str) or not text.strip() or "\x00" in text or len(text) > 4096:
             raise bad(f"{field}: give a path inside {root}")
-        path = (root / os.path.expanduser(text.strip())).resolve()
+        given = root / os.path.expanduser(text.strip())
+        path = given.resolve()  # `..` and links, every one on the way, resolved first
         if path != root and root not in path.parents:
-            raise bad(f"{field}: {text!r} is outside the folder gputui mcp may use ({root}; "
-                      "[mcp] local_folder)")
+            via = "" if Path(os.path.normpath(given)) == path else f" (it leads to {path})"
+            raise bad(f"{field}: {text!r}{via} is outside the folder gputui mcp may use "
+                      f"({root}; [mcp] local_folder)")
         return path
 
     async def links_inside(self, path: Path, field: str) -> None:

@@ -441,7 +441,64 @@ async def test_a_key_never_reaches_a_log_the_database_or_an_export(gputui_home: 
             "seconds": 1.0, "rate_per_hour": "1", "cost": "0.01", "currency": "USD"}, 0.0)
     finally:
         store.close()
-    out = subprocess.run([*GPUTUI, "costs", "--runs", "--json"], env=run_gputui_env(gputui_home),
-                         capture_output=True, text=True, timeout=60)
+    out = await asyncio.to_thread(subprocess.run, [*GPUTUI, "costs", "--runs", "--json"],
+                                  env=run_gputui_env(gputui_home), capture_output=True,
+                                  text=True, timeout=60)
     old = json.loads(out.stdout)[0]
     assert old["command"] == "echo ***" and SECRET not in out.stdout, old
+
+
+async def test_links_in_the_local_folder_lead_nowhere_outside_it(gputui_home: Path,
+                                                                tmp_path: Path):
+    """The drill: a symlinked sub-folder of the local folder let `pull` write outside it, and
+    `push` of a folder holding a file link uploaded the link's target. Local paths are
+    resolved, links followed to the end, before the check; links that stay inside work."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "proj").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "id_ed25519").write_text("PRIVATE KEY\n")
+    (work / "proj" / "train.py").write_text("print('hi')\n")
+    (work / "proj" / "key").symlink_to(outside / "id_ed25519")  # a file link out
+    (work / "inside").mkdir()
+    (work / "inside" / "real.txt").write_text("fine\n")
+    (work / "tidy").mkdir()
+    (work / "tidy" / "alias.txt").symlink_to(work / "inside" / "real.txt")  # stays inside
+    (work / "dest").mkdir()
+    (work / "dest" / "out").symlink_to(outside, target_is_directory=True)  # a folder link out
+    (work / "hop").symlink_to(work / "inside", target_is_directory=True)
+    (work / "inside" / "door").symlink_to(outside, target_is_directory=True)  # out, two links on
+    config = f'[mcp]\nlocal_folder = "{work}"\n'
+    async with agent(gputui_home, config) as session:
+        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "box"}))
+        data(await session.call_tool("run_command", {
+            "name": "box", "command": "mkdir -p res/out && echo won > res/out/x.txt"}))
+        cases = [
+            ("push", {"name": "box", "local": "proj"}, "proj/key is a link to"),
+            ("pull", {"name": "box", "remote": "res", "local": "dest"}, "dest/out is a link to"),
+            ("pull", {"name": "box", "remote": "res", "local": "hop/door/new"},
+             "(it leads to "),
+            ("pull", {"name": "box", "remote": "res/out", "local": "hop"},
+             "inside/door is a link to"),
+            ("when_done", {"name": "box", "policy": "keep", "pull": "res", "to": "dest"},
+             "dest/out is a link to"),
+        ]
+        for tool, args, text in cases:
+            with pytest.raises(MCPError) as caught:
+                await session.call_tool(tool, args)
+            assert caught.value.code == -32602, (tool, args, caught.value.message)
+            assert text in caught.value.message and str(outside) in caught.value.message, (
+                tool, caught.value.message)
+        assert sorted(p.name for p in outside.iterdir()) == ["id_ed25519"]  # nothing written
+        listing = data(await session.call_tool("run_command", {
+            "name": "box", "command": "ls proj 2>&1; cat proj/key 2>&1; true"}))
+        assert "PRIVATE" not in listing["stdout"]
+        # links that stay inside the folder are followed as before
+        pushed = data(await session.call_tool("push", {"name": "box", "local": "tidy"}))
+        assert pushed["files"] == 1
+        got = data(await session.call_tool("run_command", {"name": "box",
+                                                           "command": "cat tidy/alias.txt"}))
+        assert got["stdout"] == "fine"
+        data(await session.call_tool("pull", {"name": "box", "remote": "res/out",
+                                              "local": "inside/got"}))
+        assert (work / "inside" / "got" / "x.txt").read_text() == "won\n"
+        data(await session.call_tool("release", {"name": "box", "confirm": True}))
