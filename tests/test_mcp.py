@@ -502,3 +502,98 @@ async def test_links_in_the_local_folder_lead_nowhere_outside_it(gputui_home: Pa
                                               "local": "inside/got"}))
         assert (work / "inside" / "got" / "x.txt").read_text() == "won\n"
         data(await session.call_tool("release", {"name": "box", "confirm": True}))
+
+
+async def test_control_characters_are_refused_coming_in_and_cleaned_going_out(
+        gputui_home: Path, tmp_path: Path):
+    """The drill: when_done took pull paths holding an OSC 52 clipboard write and a window
+    title, which `gputui jobs` then printed raw. Every entry (MCP tools, `when-done --pull`,
+    labels) refuses control characters; what was stored before is cleaned on the way out."""
+    import subprocess
+
+    from tests.conftest import GPUTUI, run_gputui_env
+
+    work = tmp_path / "work"
+    work.mkdir()
+    osc52, title = "out\x1b]52;c;ZXZpbA==\x07", "\x1b]0;pwned\x07res"
+    async with agent(gputui_home, f'[mcp]\nlocal_folder = "{work}"\n') as session:
+        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "esc"}))
+        cases = [
+            ("when_done", {"name": "esc", "policy": "keep", "pull": osc52}, "pull"),
+            ("when_done", {"name": "esc", "policy": "keep", "pull": "res", "to": title}, "to"),
+            ("jobs_add", {"name": "esc", "command": "true", "label": "a\x1b[31m"}, "label"),
+            ("jobs_add", {"name": "esc", "command": "echo \x1b]0;t\x07"}, "command"),
+            ("jobs_add", {"name": "esc", "commands": ["true", "echo \x9b2J"]}, "commands.1"),
+            ("jobs_add", {"name": "esc", "command": "true", "cwd": "a\u202eb"}, "cwd"),
+            ("push", {"name": "esc", "local": "x\x07"}, "local"),
+            ("pull", {"name": "esc", "remote": osc52}, "remote"),
+            ("create", {"gpu": "RTX 4090", "name": "n\x1b[8m"}, "name"),
+            ("run_command", {"name": "esc", "command": "printf \x1b]52;c;eA==\x07"}, "command"),
+        ]
+        for tool, args, field in cases:
+            with pytest.raises(MCPError) as caught:
+                await session.call_tool(tool, args)
+            assert caught.value.code == -32602, (tool, args, caught.value.message)
+            assert caught.value.message == (f"{tool}: {field}: control characters (an escape, "
+                                            "a BEL...) are not allowed"), caught.value.message
+        # a shell script's own line breaks and tabs are no control characters to refuse
+        added = data(await session.call_tool("jobs_add", {
+            "name": "esc", "command": "echo a\n\techo b", "label": "two lines"}))
+        queue = await _until_finished(session, "esc")
+        assert [r["status"] for r in queue["runs"]] == ["succeeded"] and added["ids"] == ["1"]
+        assert queue["when_done"] is None  # nothing refused was kept
+        # a when-done record written before paths were checked (by hand here)
+        data(await session.call_tool("when_done", {"name": "esc", "policy": "keep",
+                                                   "pull": "res", "to": "res"}))
+    [record] = (gputui_home / "jobs").glob("*.json")
+    rec = json.loads(record.read_text())
+    rec["pulls"] = [{"remote": osc52, "local": str(work / title)}]
+    record.write_text(json.dumps(rec))
+    env = run_gputui_env(gputui_home)
+
+    def gputui(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*GPUTUI, *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    shown = await asyncio.to_thread(gputui, "jobs", "esc")
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert f"(pull out -> {work / 'res'} first)" in shown.stdout, shown.stdout  # escapes gone
+    # the command line refuses them too: one line, exit 2, nothing changed
+    for args in (("when-done", "keep", "--pull", osc52),
+                 ("when-done", "keep", "--pull", "res", "--to", title),
+                 ("add", "--name", "x\x1b[2J", "--", "true")):
+        out = await asyncio.to_thread(gputui, "jobs", "esc", *args)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert "control characters are not allowed" in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "\x1b" not in out.stderr
+    assert json.loads(record.read_text())["pulls"] == rec["pulls"]  # unchanged
+    out = await asyncio.to_thread(gputui, "run", "esc", "--pull", osc52, "--", "true")
+    assert out.returncode == 2 and "--pull: control characters" in out.stderr, out.stderr
+    listed = json.loads((await asyncio.to_thread(gputui, "jobs", "esc", "--json")).stdout)
+    assert len(listed) == 1  # `run` queued nothing
+
+
+async def test_only_json_true_confirms(gputui_home: Path):
+    """The drill: `confirm` took "true", "yes" and 1. Only JSON true confirms; anything else
+    is an invalid-params error and nothing is released, extended or rented."""
+    config = '[mcp]\nconfirm_over = { USD = "1" }\n'
+    async with agent(gputui_home, config) as session:
+        made = data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "sure",
+                                                       "release_after": "10m"}))
+        for value in ("true", "yes", 1, "1", "True", 1.0, [True], {"value": True}):
+            for tool, args in (
+                    ("release", {"name": "sure"}),
+                    ("when_done", {"name": "sure", "policy": "release"}),
+                    ("extend", {"name": "sure", "by": "1h"}),
+                    ("create", {"gpu": "H100 SXM", "count": 8, "release_after": "2h"})):
+                with pytest.raises(MCPError) as caught:
+                    await session.call_tool(tool, {**args, "confirm": value})
+                assert caught.value.code == -32602, (tool, value)
+                assert caught.value.message.startswith(f"{tool}: confirm: "), (
+                    tool, value, caught.value.message)
+        assert [i["name"] for i in instances(gputui_home)] == ["sure"]
+        assert instances(gputui_home)[0]["release_at"] == made["release_at"]
+        gone = data(await session.call_tool("release", {"name": "sure", "confirm": True}))
+        assert gone["released"]
+    assert instances(gputui_home) == []
