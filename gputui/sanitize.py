@@ -12,7 +12,8 @@ user labels, file contents.
 - `mask_secrets` / `clean_masked` / `log_text`: secrets (API keys, tokens) out of text that is
   shown, stored or logged. The text is cleaned *before* it is masked: an escape sequence or a
   zero-width character inside a key would otherwise hide it from the match and be stripped
-  after, leaving the key whole. A cut never leaves the start (or end) of a key behind.
+  after, leaving the key whole. The whole text is masked before it is cut: a cut never
+  leaves the start (or end) of a key behind.
 """
 
 from __future__ import annotations
@@ -108,38 +109,27 @@ def mask_secrets(text: str, secrets: Iterable[str | None]) -> str:
     return text
 
 
-def _mask_edges(text: str, secrets: list[str], head: bool, tail: bool) -> str:
-    """A cut text whose end (or start) is the start (or end) of a secret: that part masked."""
-    for secret in secrets:
-        for n in range(min(len(secret), len(text)) - 1, 3, -1):
-            if tail and text.endswith(secret[:n]):
-                text = text[:-n] + MASK
-                break
-        for n in range(min(len(secret), len(text)) - 1, 3, -1):
-            if head and text.startswith(secret[-n:]):
-                text = MASK + text[n:]
-                break
-    return text
-
-
 def clean_masked(value: object, secrets: Iterable[str | None], limit: int = MAX_TEXT_CHARS,
                  *, keep: str = "head", lines: bool = False) -> str:
     """`sanitize`, then mask the secrets, then cut to `limit` characters: the head (an ellipsis
     at the end) or, `keep="tail"`, the tail (command output: the end matters). `lines` keeps
     line breaks (each line cleaned on its own)."""
     text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+    bound = limit * 8 + 4096  # what cleaning could shrink to `limit`: no more is cleaned
+    if len(text) > bound:
+        text = text[-bound:] if keep == "tail" else text[:bound]
+        if lines and keep == "tail" and "\n" in text:
+            text = text.partition("\n")[2]  # the first line, cut: dropped whole
     if lines:
         text = "\n".join(sanitize(line, len(line) + 1) for line in text.splitlines())
     else:
         text = sanitize(text, len(text) + 1)
-    found = _variants(secrets)
-    for secret in found:
-        text = text.replace(secret, MASK)
+    text = mask_secrets(text, secrets)  # the whole text, before any cut can split a key
     if len(text) <= limit:
         return text
     if keep == "tail":
-        return _mask_edges(text[-limit:], found, head=True, tail=False)
-    return _mask_edges(text[: max(0, limit - 1)].rstrip(), found, head=False, tail=True) + "\u2026"
+        return text[-limit:]
+    return text[: max(0, limit - 1)].rstrip() + "\u2026"
 
 
 def log_text(value: object, secrets: Iterable[str | None], limit: int = LOG_CHARS) -> str:
@@ -147,10 +137,8 @@ def log_text(value: object, secrets: Iterable[str | None], limit: int = LOG_CHAR
     characters of it, then `… (N bytes)` saying how long it was (a 200 kB command would take a
     terminal handler seconds to minutes to lay out)."""
     raw = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-    text = clean_masked(raw, secrets, len(raw) + 1)
-    if len(text) <= limit:
+    bound = limit * 8 + 4096
+    text = clean_masked(raw[:bound], secrets, len(raw) + 1)
+    if len(text) <= limit and len(raw) <= bound:
         return text
-    found = _variants(secrets)
-    size = len(raw.encode("utf-8", errors="replace"))
-    return (_mask_edges(text[:limit], found, head=False, tail=True)
-            + f"\u2026 ({size} bytes)")
+    return f"{text[:limit]}\u2026 ({len(raw.encode('utf-8', errors='replace'))} bytes)"
