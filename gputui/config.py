@@ -281,6 +281,16 @@ class Config(_Section):
     notify: NotifySettings = Field(default_factory=NotifySettings)
 
 
+def known_secrets(config: Config | None, env: Any = None) -> list[str]:
+    """The secrets gputui holds (API keys and tokens, from config.toml and the environment):
+    what `gputui.sanitize.mask_secrets` keeps out of everything shown, stored or logged."""
+    env = os.environ if env is None else env
+    found = [env.get(LAMBDA_KEY_ENV), env.get(AUTODL_TOKEN_ENV)]
+    if config is not None:
+        found += [config.providers.lambda_cloud.api_key, config.providers.autodl.token]
+    return [s.strip() for s in found if s and len(s.strip()) >= 6]
+
+
 def default_config() -> Config:
     """The defaults, built without running validators (they are known good): a command that
     finds no config file pays nothing for it."""

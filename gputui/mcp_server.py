@@ -8,25 +8,40 @@ Stricter than the command line, because nobody is watching:
 - `release` always needs `confirm: true`; so does anything that would spend more than
   `[mcp] confirm_over` in its currency (a currency with no cap always needs it).
 - Results never carry secrets: instances are described field by field (no key or password
-  file), and any configured secret (the Lambda API key) is masked in command output.
+  file), and any configured secret (the Lambda API key, the AutoDL token) is masked in command
+  output and in the server's log on stderr — after the text is cleaned of escapes, so a key
+  split by one is masked too. The log cuts a long message (a 200 kB command is logged as its
+  first 200 characters and its size), so logging never holds up the answers to other calls.
+- Only JSON `true` confirms: `confirm` (and every other flag) refuses "true", "yes", 1, "1".
+- Paths and labels holding a control character (an escape, a BEL...) are refused; text from
+  the instance is cleaned before it is returned.
+- The local folder (`[mcp] local_folder`, else the folder the server started in) is the only
+  one push reads and pull writes: paths are resolved, links included, before the check, and a
+  link inside a pushed folder or a pull's destination that leads out of it is refused.
+- On the sandbox an instance's shell runs on this machine, as this user: there `run_command`
+  and `jobs_add` are a local shell, and the folder rule above does not confine them.
 - Bad input (a missing or absurd argument, an unknown instance or GPU) is a JSON-RPC error
   (invalid params) and nothing is started or spent.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import posixpath
+import sys
+from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
+from pydantic import StrictBool
 
 from gputui.config import Config, parse_duration
 from gputui.errors import BadInput, GputuiError
@@ -84,13 +99,16 @@ class Gateway:
     # -- secrets ---------------------------------------------------------------------------------
 
     def secrets(self) -> list[str]:
-        found = [self.config.providers.lambda_cloud.api_key, os.environ.get("LAMBDA_API_KEY")]
-        return [s for s in found if s and len(s.strip()) >= 6]
+        from gputui.config import known_secrets
+
+        return known_secrets(self.config)
 
     def mask(self, text: str) -> str:
-        for secret in self.secrets():
-            text = text.replace(secret, "***")
-        return text
+        """One line for an agent: cleaned, then the secrets masked (in that order: an escape
+        inside a key must not hide it from the mask)."""
+        from gputui.sanitize import clean_masked
+
+        return clean_masked(text, self.secrets(), 4000)
 
     # -- instances -------------------------------------------------------------------------------
 
@@ -116,7 +134,7 @@ class Gateway:
 
     def check_spend(self, amount: Decimal, currency: str, what: str, confirm: bool) -> None:
         cap = self.config.mcp.confirm_over.get(currency)
-        if confirm:
+        if confirm is True:
             return
         if cap is None:
             raise bad(f"{what} would spend up to {money(amount)} {currency} and no cap is "
@@ -143,11 +161,49 @@ class Gateway:
             text = default
         if not isinstance(text, str) or not text.strip() or "\x00" in text or len(text) > 4096:
             raise bad(f"{field}: give a path inside {root}")
-        path = (root / os.path.expanduser(text.strip())).resolve()
+        given = root / os.path.expanduser(text.strip())
+        path = given.resolve()  # `..` and links, every one on the way, resolved first
         if path != root and root not in path.parents:
-            raise bad(f"{field}: {text!r} is outside the folder gputui mcp may use ({root}; "
-                      "[mcp] local_folder)")
+            via = "" if Path(os.path.normpath(given)) == path else f" (it leads to {path})"
+            raise bad(f"{field}: {text!r}{via} is outside the folder gputui mcp may use "
+                      f"({root}; [mcp] local_folder)")
         return path
+
+    async def links_inside(self, path: Path, field: str) -> None:
+        """Every link under `path` (a folder to push, a pull's destination) leads inside the
+        local folder: a push would send what a file link points to, and a pull writes through
+        a folder link. Followed to the end (a link to a folder inside that holds a link out is
+        refused too); a cycle is walked once."""
+        import asyncio
+
+        root = self.local_root()
+
+        def outside() -> tuple[str, Path] | None:
+            seen: set[str] = set()
+            todo = [path]
+            while todo:
+                top = todo.pop()
+                real = os.path.realpath(top)
+                if real in seen or not os.path.isdir(real):
+                    continue
+                seen.add(real)
+                for dirpath, dirnames, filenames in os.walk(top):
+                    for entry in dirnames + filenames:
+                        full = os.path.join(dirpath, entry)
+                        if not os.path.islink(full):
+                            continue
+                        target = Path(os.path.realpath(full))
+                        if target != root and root not in target.parents:
+                            return os.path.relpath(full, root), target
+                        if entry in dirnames:
+                            todo.append(Path(full))  # os.walk does not go into links
+            return None
+
+        found = await asyncio.to_thread(outside)
+        if found is not None:
+            rel, target = found
+            raise bad(f"{field}: {rel} is a link to {target}, outside the folder gputui mcp "
+                      f"may use ({root}; [mcp] local_folder)")
 
     async def remote_home(self, inst: Instance) -> str:
         from gputui.remote.ssh import SSHLayerError
@@ -171,11 +227,11 @@ class Gateway:
             raise bad(f"{field}: {exc}") from None
 
     def clean(self, value: Any, limit: int = 4000) -> Any:
-        """Text from outside, fit for an agent: no secret, no terminal escape."""
-        from gputui.sanitize import sanitize
+        """Text from outside, fit for an agent: no terminal escape, then no secret."""
+        from gputui.sanitize import clean_masked
 
         if isinstance(value, str):
-            return sanitize(self.mask(value), limit)
+            return clean_masked(value, self.secrets(), limit)
         if isinstance(value, dict):
             return {k: self.clean(v, limit) for k, v in value.items()}
         if isinstance(value, list):
@@ -212,11 +268,17 @@ class _Server(MCPServer):
     """The SDK answers arguments that fail the tools' schemas, and unknown tools, as tool
     results; here they are what the protocol calls them: invalid-params errors, one line."""
 
+    gateway: Gateway | None = None
+
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Any = None) -> Any:
         from mcp.server.mcpserver.exceptions import ToolError
         from pydantic import ValidationError
 
+        where = _control_in(arguments or {})
+        if where is not None:
+            raise bad(f"{name}: {where}: control characters (an escape, a BEL...) are not "
+                      "allowed")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -227,20 +289,50 @@ class _Server(MCPServer):
                 raise bad(f"{name}: {where}: {err['msg'].lower()}") from None
             if self._tool_manager.get_tool(name) is None:
                 raise bad(f"unknown tool {name!r}") from None
+            if self.gateway is not None:  # a failure's text: cleaned, no secret
+                raise ToolError(self.gateway.mask(str(exc))) from None
             raise
+
+
+MULTILINE = ("command", "commands")  # shell text: line breaks and tabs are its own
+
+
+def _control_in(value: Any, where: str = "", multiline: bool = False) -> str | None:
+    """Where in a tool's arguments a string holds a control character (escape, BEL, bidi
+    override...), or None. Every entry refuses them: a path or label with an OSC 52 or a
+    window-title sequence would reach a terminal later (`gputui jobs`)."""
+    from gputui.sanitize import has_control
+
+    if isinstance(value, str):
+        text = value.translate({9: None, 10: None, 13: None}) if multiline else value
+        return where or "arguments" if has_control(text) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _control_in(item, f"{where}.{key}" if where else str(key),
+                                multiline or (not where and key in MULTILINE))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _control_in(item, f"{where}.{i}", multiline)
+            if found is not None:
+                return found
+    return None
 
 
 def build_server(config: Config) -> tuple[MCPServer, Gateway]:
     gw = Gateway(config)
-    server: MCPServer = _Server(
+    server = _Server(
         "gputui", instructions=(
             "Rent GPUs with a release timer, run commands on them, watch them and release "
             "them. Every instance created here is released at its timer. release, and "
-            "anything spending over the configured cap, need confirm: true."),
+            "anything spending over the configured cap, need confirm: true (JSON true). "
+            "On the sandbox provider an instance's shell runs on this machine, as this user."),
     )
+    server.gateway = gw
 
     @server.tool()
-    async def list_instances(include_ended: bool = False) -> list[dict[str, Any]]:
+    async def list_instances(include_ended: StrictBool = False) -> list[dict[str, Any]]:
         """Instances with status, GPUs, release time and cost so far (with currency)."""
         store = gw.services.store
         return [gw.view(i) for i in store.instances_sync(live_only=not include_ended)]
@@ -292,7 +384,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
     async def create(gpu: str, provider: str = "sandbox", count: int | None = None,
                      name: str | None = None, release_after: str | None = None,
                      idle_minutes: float | None = None, idle_util_pct: float | None = None,
-                     confirm: bool = False) -> dict[str, Any]:
+                     confirm: StrictBool = False) -> dict[str, Any]:
         """Rent an instance. It is always released at its timer (release_after, default from
         [mcp] default_release); spending over the cap needs confirm: true."""
         from pydantic import ValidationError
@@ -343,7 +435,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         return result
 
     @server.tool()
-    async def extend(name: str, by: str = "1h", confirm: bool = False) -> dict[str, Any]:
+    async def extend(name: str, by: str = "1h", confirm: StrictBool = False) -> dict[str, Any]:
         """Move an instance's release time later by BY (e.g. 1h, 30m)."""
         from gputui.services.leases import session_leases
 
@@ -364,7 +456,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         return gw.view(gw.services.store.get_instance_sync(inst.id) or inst)
 
     @server.tool()
-    async def release(name: str, confirm: bool = False) -> dict[str, Any]:
+    async def release(name: str, confirm: StrictBool = False) -> dict[str, Any]:
         """Release an instance now (stops the billing; its disk is gone). Needs confirm: true."""
         inst = gw.find(name)
         if confirm is not True:
@@ -384,7 +476,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
     @server.tool()
     async def run_command(name: str, command: str, timeout_s: float = 60) -> dict[str, Any]:
         """Run a shell command on the instance; its exit status and output (the tail)."""
-        from gputui.nvidia.nvsmi import sanitize
+        from gputui.sanitize import clean_masked
 
         inst = gw.find(name)
         if not isinstance(command, str) or not command.strip():
@@ -397,8 +489,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             raise _fail(exc) from None
 
         def clean(text: str | None) -> str:
-            text = gw.mask(text or "")[-MAX_OUTPUT:]
-            return "\n".join(sanitize(line, MAX_OUTPUT) for line in text.splitlines())
+            return clean_masked(text or "", gw.secrets(), MAX_OUTPUT, keep="tail", lines=True)
 
         return {"exit_status": result.exit_status, "stdout": clean(result.stdout),
                 "stderr": clean(result.stderr)}
@@ -452,7 +543,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
 
     @server.tool()
     async def ollama_load(name: str, model: str, gpus: list[int] | None = None,
-                          force: bool = False) -> dict[str, Any]:
+                          force: StrictBool = False) -> dict[str, Any]:
         """Load a pulled model into GPU memory, optionally on chosen GPUs (restarts Ollama
         with those GPUs); refused when the fit check says it will not fit, unless force."""
         from gputui.services.ollama import FitRefused
@@ -554,8 +645,8 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         return {"name": inst.name, "runs": runs, "finished": view.finished,
                 "counts": view.counts(),
                 "when_done": None if rec is None else {
-                    "policy": rec.policy, "pulls": rec.pulls, "done": rec.done_at is not None,
-                    "outcome": rec.outcome}}
+                    "policy": rec.policy, "pulls": gw.clean(rec.pulls),
+                    "done": rec.done_at is not None, "outcome": gw.clean(rec.outcome)}}
 
     @server.tool()
     async def jobs_log(name: str, job: int | str, lines: int = 200) -> dict[str, Any]:
@@ -601,7 +692,7 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
     @server.tool()
     async def when_done(name: str, policy: str, pull: str | None = None,
                         to: str | None = None, grace: str = "10m",
-                        confirm: bool = False) -> dict[str, Any]:
+                        confirm: StrictBool = False) -> dict[str, Any]:
         """What happens when the queue ends: release, stop or keep the instance, after
         bringing `pull` (a path in its home) into `to` (inside the local folder) first.
         `release` needs confirm: true (the disk goes with it). Carried out now if the queue
@@ -625,7 +716,9 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         if pull is not None:
             remote = gw.remote_path(pull, await gw.remote_home(inst), "pull")
             default = posixpath.basename(remote.rstrip("/")) or "results"
-            pulls.append((remote, str(gw.local_path(to, "to", default))))
+            dest = gw.local_path(to, "to", default)
+            await gw.links_inside(dest, "to")
+            pulls.append((remote, str(dest)))
         if policy == "release" and confirm is not True:
             raise bad(f"when_done release of {inst.name} needs confirm: true (its disk and "
                       "everything on it go with it)")
@@ -638,8 +731,9 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             raise bad(str(exc)) from None
         except GputuiError as exc:
             raise _fail(exc) from None
-        result: dict[str, Any] = {"name": inst.name, "policy": rec.policy, "pulls": rec.pulls,
-                                  "grace_s": rec.grace_s, "outcome": outcome}
+        result: dict[str, Any] = {"name": inst.name, "policy": rec.policy,
+                                  "pulls": gw.clean(rec.pulls), "grace_s": rec.grace_s,
+                                  "outcome": gw.clean(outcome)}
         from gputui.services.daemon import deadline_keeper
 
         if outcome is None and deadline_keeper(gw.services.state_dir) != "daemon":
@@ -672,17 +766,18 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
 
     @server.tool()
     async def push(name: str, local: str, remote: str | None = None,
-                   checksum: bool = False) -> dict[str, Any]:
+                   checksum: StrictBool = False) -> dict[str, Any]:
         """Send a file or folder from the local folder to the instance (inside its home;
         default ~/<its name>); only what changed, .gitignore respected."""
         path = gw.local_path(local, "local")
         if not path.exists():
             raise bad(f"local: {local}: no such file or folder in {gw.local_root()}")
+        await gw.links_inside(path, "local")
         return await transfer(name, "push", path, remote or f"~/{path.name}", checksum)
 
     @server.tool()
     async def pull(name: str, remote: str, local: str | None = None,
-                   checksum: bool = False) -> dict[str, Any]:
+                   checksum: StrictBool = False) -> dict[str, Any]:
         """Bring a file or folder from the instance's home into the local folder (default:
         <local folder>/<its name>); only what changed."""
         if not isinstance(remote, str) or not remote.strip():
@@ -691,10 +786,48 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
         if default in ("", ".", "..", "~"):
             default = "results"
         path = gw.local_path(local, "local", default)
+        await gw.links_inside(path, "local")
         return await transfer(name, "pull", path, remote, checksum)
 
 
     return server, gw
+
+
+class LogFormatter(logging.Formatter):
+    """The server's log on stderr: one line a record, cleaned, the secrets masked, and a long
+    message cut to its first 200 characters and its size. (The SDK's default, a Rich handler
+    at INFO, took seconds to minutes laying out a 30-200 kB command that asyncssh logs, and
+    no other call was answered meanwhile; it printed the command unmasked, too.)"""
+
+    def __init__(self, secrets: Callable[[], list[str]]) -> None:
+        super().__init__()
+        self._secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        from gputui.sanitize import log_text
+
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string in someone's log call
+            message = f"{record.msg} {record.args}"
+        secrets = self._secrets()
+        line = (f"{self.formatTime(record)} {record.levelname} {record.name}: "
+                f"{log_text(message, secrets)}")
+        if record.exc_info:
+            trace = self.formatException(record.exc_info)
+            line += "".join(f"\n  {log_text(part, secrets, 1000)}"
+                            for part in trace.splitlines())
+        return line
+
+
+def setup_logging(gw: Gateway, stream: IO[str] | None = None) -> logging.Handler:
+    """The one log handler (replacing the SDK's): INFO and up, through `LogFormatter`."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(LogFormatter(gw.secrets))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    return handler
 
 
 def serve_stdio(config: Config) -> int:
@@ -702,6 +835,7 @@ def serve_stdio(config: Config) -> int:
     import anyio
 
     server, gw = build_server(config)
+    setup_logging(gw)
 
     async def main() -> None:
         try:

@@ -9,12 +9,18 @@ user labels, file contents.
   "CSV injection" advice says.
 - `check_label`: labels refuse control characters on the way in (`--name`, the console's
   forms); the message names the field.
+- `mask_secrets` / `clean_masked` / `log_text`: secrets (API keys, tokens) out of text that is
+  shown, stored or logged. The text is cleaned *before* it is masked: an escape sequence or a
+  zero-width character inside a key would otherwise hide it from the match and be stripped
+  after, leaving the key whole. The whole text is masked before it is cut: a cut never
+  leaves the start (or end) of a key behind.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 
 MAX_TEXT_CHARS = 256
 
@@ -77,3 +83,62 @@ def csv_cell(value: object, limit: int = 4096) -> str:
 def has_control(text: str) -> bool:
     """Whether `text` holds a control or format character (escape, BEL, bidi override...)."""
     return any(not ch.isprintable() and ch != " " for ch in text)
+
+
+MASK = "***"
+LOG_CHARS = 200  # a logged message longer than this is cut, its size said
+
+
+def _variants(secrets: Iterable[str | None]) -> list[str]:
+    """Each secret as given and as cleaned (a key holding a character the cleaning drops),
+    longest first; nothing shorter than 6 characters (it would mask ordinary words)."""
+    found: set[str] = set()
+    for secret in secrets:
+        if not secret:
+            continue
+        for form in (secret, secret.strip(), sanitize(secret, len(secret) + 1)):
+            if len(form) >= 6:
+                found.add(form)
+    return sorted(found, key=len, reverse=True)
+
+
+def mask_secrets(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with each secret replaced by `***`. Give it cleaned text (`clean_masked` does)."""
+    for secret in _variants(secrets):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def clean_masked(value: object, secrets: Iterable[str | None], limit: int = MAX_TEXT_CHARS,
+                 *, keep: str = "head", lines: bool = False) -> str:
+    """`sanitize`, then mask the secrets, then cut to `limit` characters: the head (an ellipsis
+    at the end) or, `keep="tail"`, the tail (command output: the end matters). `lines` keeps
+    line breaks (each line cleaned on its own)."""
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+    bound = limit * 8 + 4096  # what cleaning could shrink to `limit`: no more is cleaned
+    if len(text) > bound:
+        text = text[-bound:] if keep == "tail" else text[:bound]
+        if lines and keep == "tail" and "\n" in text:
+            text = text.partition("\n")[2]  # the first line, cut: dropped whole
+    if lines:
+        text = "\n".join(sanitize(line, len(line) + 1) for line in text.splitlines())
+    else:
+        text = sanitize(text, len(text) + 1)
+    text = mask_secrets(text, secrets)  # the whole text, before any cut can split a key
+    if len(text) <= limit:
+        return text
+    if keep == "tail":
+        return text[-limit:]
+    return text[: max(0, limit - 1)].rstrip() + "\u2026"
+
+
+def log_text(value: object, secrets: Iterable[str | None], limit: int = LOG_CHARS) -> str:
+    """A message fit for a log: one line, cleaned, secrets masked, and at most `limit`
+    characters of it, then `… (N bytes)` saying how long it was (a 200 kB command would take a
+    terminal handler seconds to minutes to lay out)."""
+    raw = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+    bound = limit * 8 + 4096
+    text = clean_masked(raw[:bound], secrets, len(raw) + 1)
+    if len(text) <= limit and len(raw) <= bound:
+        return text
+    return f"{text[:limit]}\u2026 ({len(raw.encode('utf-8', errors='replace'))} bytes)"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import sys
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -322,4 +324,276 @@ async def test_an_agent_pushes_queues_reads_and_pulls_inside_its_folders(gputui_
             "confirm": True}))
         assert done["outcome"] == "released", done
         assert (work / "final" / "result.txt").read_text() == "loss 0.125\n"
+    assert instances(gputui_home) == []
+
+
+async def test_a_long_command_is_logged_cut_and_other_calls_are_answered_meanwhile(
+        gputui_home: Path):
+    """A 200 kB run_command was logged whole through Rich at INFO: minutes of layout on stderr,
+    and a `release` sent meanwhile went unanswered. Now the log holds its first 200
+    characters and its size, and the release is answered at once."""
+    import asyncio
+    import time
+
+    config = f'[providers.lambda]\nenabled = false\napi_key = "{SECRET}"\n'
+    async with agent(gputui_home, config) as session:
+        for name in ("busy", "spare", "other"):
+            data(await session.call_tool("create", {"gpu": "RTX 4090", "name": name,
+                                                    "release_after": "10m"}))
+        started = time.monotonic()
+        data(await session.call_tool("release", {"name": "other", "confirm": True}))
+        alone = time.monotonic() - started  # a release with nothing else going on
+
+        # a shell script of 100 kB: a comment that size, then a few seconds of work
+        command = f"echo start {SECRET}\n#{'x' * 100_000}\nsleep 4; echo done"
+        long = asyncio.create_task(session.call_tool("run_command", {
+            "name": "busy", "command": command, "timeout_s": 120}))
+        await asyncio.sleep(1.0)  # the long call is in, and logged
+        assert not long.done()
+        started = time.monotonic()
+        gone = data(await session.call_tool("release", {"name": "spare", "confirm": True}))
+        meanwhile = time.monotonic() - started
+        assert gone["released"]
+        assert not long.done(), "the release was answered only after the long call ended"
+        assert meanwhile < alone + 1.0, (meanwhile, alone)
+        run = data(await long)
+        assert run["exit_status"] == 0 and "done" in run["stdout"], run
+        assert "start ***" in run["stdout"]
+        # 200 kB: more than a shell takes as one argument (it fails), logged cut all the same
+        huge = f"echo {SECRET} #{'y' * 200_000}"
+        started = time.monotonic()
+        result = await session.call_tool("run_command", {"name": "busy", "command": huge})
+        print(result)
+        assert time.monotonic() - started < alone + 5
+        data(await session.call_tool("release", {"name": "busy", "confirm": True}))
+    log = (gputui_home / "mcp.err").read_text()
+    assert "x" * 1000 not in log and "y" * 1000 not in log and len(log) < 100_000
+    for text, mark in ((command, "echo start"), (huge, "y" * 50)):
+        [line] = [ln for ln in log.splitlines() if mark in ln and "Command:" in ln]
+        size = re.fullmatch(r".*\u2026 \((\d+) bytes\)", line)  # the logged message's size
+        assert size and 0 <= int(size[1]) - len(text.encode()) < 100 and len(line) < 400, line
+    assert "echo start *** #xxxx" in log and "echo *** #yyyy" in log
+    assert SECRET not in log and "\x1b" not in log
+
+
+def _files_gputui_wrote(home: Path) -> dict[str, bytes]:
+    """Every file under the state folder (the database, its journal, the MCP server's stderr,
+    when-done records...) but config.toml, which holds the key, and the sandbox's instances
+    (the instance's own disk: its queue holds the command as given)."""
+    return {str(p.relative_to(home)): p.read_bytes() for p in home.rglob("*")
+            if p.is_file() and p.name != "config.toml" and "sandbox" not in p.parts}
+
+
+async def test_a_key_never_reaches_a_log_the_database_or_an_export(gputui_home: Path,
+                                                                   tmp_path: Path):
+    """The drill's leaks: a key split by an escape sequence passed the mask (masked before the
+    escape was stripped); the server's stderr printed commands whole; `run_costs` in the
+    state database and `costs --runs --json` kept a run's command with the key in clear."""
+    import subprocess
+
+    from tests.conftest import GPUTUI, run_gputui_env
+
+    work = tmp_path / "work"
+    work.mkdir()
+    config = (f'[mcp]\nlocal_folder = "{work}"\n'
+              f'[providers.lambda]\nenabled = false\napi_key = "{SECRET}"\n')
+    # printf writes the key with an escape sequence inside it: the command holds no key, the
+    # output holds it split; a terminal (and the sanitiser) would join it again
+    split = SECRET[:9] + "\\033[0m" + SECRET[9:]
+    async with agent(gputui_home, config) as session:
+        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "keeper"}))
+        run = data(await session.call_tool("run_command", {
+            "name": "keeper", "command": f"printf 'a={split}\\n'; printf 'b={split}\\n' >&2"}))
+        assert run["stdout"] == "a=***" and run["stderr"] == "b=***", run
+        added = data(await session.call_tool("jobs_add", {
+            "name": "keeper", "label": "leaky",
+            "commands": [f"echo key={SECRET}", f"printf 'c={split}\\n'"]}))
+        queue = await _until_finished(session, "keeper")  # records the runs' costs
+        assert [r["status"] for r in queue["runs"]] == ["succeeded", "succeeded"], queue
+        assert queue["runs"][0]["command"] == "echo key=***"
+        log = data(await session.call_tool("jobs_log", {"name": "keeper",
+                                                        "job": added["ids"][1]}))
+        assert log["lines"] == ["c=***"], log
+        out = await asyncio.to_thread(subprocess.run, [*GPUTUI, "costs", "--runs", "--json"],
+                                      env=run_gputui_env(gputui_home), capture_output=True,
+                                      text=True, timeout=60)
+        runs = json.loads(out.stdout)
+        assert [r["command"] for r in runs] == ["echo key=***", f"printf 'c={split}\\n'"]
+        assert [r["label"] for r in runs] == ["leaky-1", "leaky-2"]
+        data(await session.call_tool("release", {"name": "keeper", "confirm": True}))
+    wrote = _files_gputui_wrote(gputui_home)
+    assert "state.db" in wrote and "mcp.err" in wrote
+    assert b"Command: printf" in wrote["mcp.err"]  # commands are logged, masked
+    leaks = [name for name, blob in wrote.items() if SECRET.encode() in blob]
+    assert leaks == [], leaks
+    assert SECRET not in out.stdout + out.stderr
+
+    # a row stored before commands were masked on the way in: masked on the way out
+    from gputui.store import SessionStore
+
+    store = SessionStore(gputui_home / "state.db")
+    try:
+        store.record_run_cost_sync("old", "1", {
+            "instance_id": "old", "instance": "old", "job_id": "1", "label": "x",
+            "command": f"echo {SECRET[:9]}\x1b[1m{SECRET[9:]}", "status": "succeeded",
+            "exit_code": 0, "gpu": "RTX 4090", "gpus": None, "gpu_count": 1,
+            "started_at": utcnow().isoformat(), "ended_at": utcnow().isoformat(),
+            "seconds": 1.0, "rate_per_hour": "1", "cost": "0.01", "currency": "USD"}, 0.0)
+    finally:
+        store.close()
+    out = await asyncio.to_thread(subprocess.run, [*GPUTUI, "costs", "--runs", "--json"],
+                                  env=run_gputui_env(gputui_home), capture_output=True,
+                                  text=True, timeout=60)
+    old = json.loads(out.stdout)[0]
+    assert old["command"] == "echo ***" and SECRET not in out.stdout, old
+
+
+async def test_links_in_the_local_folder_lead_nowhere_outside_it(gputui_home: Path,
+                                                                tmp_path: Path):
+    """The drill: a symlinked sub-folder of the local folder let `pull` write outside it, and
+    `push` of a folder holding a file link uploaded the link's target. Local paths are
+    resolved, links followed to the end, before the check; links that stay inside work."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "proj").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "id_ed25519").write_text("PRIVATE KEY\n")
+    (work / "proj" / "train.py").write_text("print('hi')\n")
+    (work / "proj" / "key").symlink_to(outside / "id_ed25519")  # a file link out
+    (work / "inside").mkdir()
+    (work / "inside" / "real.txt").write_text("fine\n")
+    (work / "tidy").mkdir()
+    (work / "tidy" / "alias.txt").symlink_to(work / "inside" / "real.txt")  # stays inside
+    (work / "dest").mkdir()
+    (work / "dest" / "out").symlink_to(outside, target_is_directory=True)  # a folder link out
+    (work / "hop").symlink_to(work / "inside", target_is_directory=True)
+    (work / "inside" / "door").symlink_to(outside, target_is_directory=True)  # out, two links on
+    config = f'[mcp]\nlocal_folder = "{work}"\n'
+    async with agent(gputui_home, config) as session:
+        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "box"}))
+        data(await session.call_tool("run_command", {
+            "name": "box", "command": "mkdir -p res/out && echo won > res/out/x.txt"}))
+        cases = [
+            ("push", {"name": "box", "local": "proj"}, "proj/key is a link to"),
+            ("pull", {"name": "box", "remote": "res", "local": "dest"}, "dest/out is a link to"),
+            ("pull", {"name": "box", "remote": "res", "local": "hop/door/new"},
+             "(it leads to "),
+            ("pull", {"name": "box", "remote": "res/out", "local": "hop"},
+             "inside/door is a link to"),
+            ("when_done", {"name": "box", "policy": "keep", "pull": "res", "to": "dest"},
+             "dest/out is a link to"),
+        ]
+        for tool, args, text in cases:
+            with pytest.raises(MCPError) as caught:
+                await session.call_tool(tool, args)
+            assert caught.value.code == -32602, (tool, args, caught.value.message)
+            assert text in caught.value.message and str(outside) in caught.value.message, (
+                tool, caught.value.message)
+        assert sorted(p.name for p in outside.iterdir()) == ["id_ed25519"]  # nothing written
+        listing = data(await session.call_tool("run_command", {
+            "name": "box", "command": "ls proj 2>&1; cat proj/key 2>&1; true"}))
+        assert "PRIVATE" not in listing["stdout"]
+        # links that stay inside the folder are followed as before
+        pushed = data(await session.call_tool("push", {"name": "box", "local": "tidy"}))
+        assert pushed["files"] == 1
+        got = data(await session.call_tool("run_command", {"name": "box",
+                                                           "command": "cat tidy/alias.txt"}))
+        assert got["stdout"] == "fine"
+        data(await session.call_tool("pull", {"name": "box", "remote": "res/out",
+                                              "local": "inside/got"}))
+        assert (work / "inside" / "got" / "x.txt").read_text() == "won\n"
+        data(await session.call_tool("release", {"name": "box", "confirm": True}))
+
+
+async def test_control_characters_are_refused_coming_in_and_cleaned_going_out(
+        gputui_home: Path, tmp_path: Path):
+    """The drill: when_done took pull paths holding an OSC 52 clipboard write and a window
+    title, which `gputui jobs` then printed raw. Every entry (MCP tools, `when-done --pull`,
+    labels) refuses control characters; what was stored before is cleaned on the way out."""
+    import subprocess
+
+    from tests.conftest import GPUTUI, run_gputui_env
+
+    work = tmp_path / "work"
+    work.mkdir()
+    osc52, title = "out\x1b]52;c;ZXZpbA==\x07", "\x1b]0;pwned\x07res"
+    async with agent(gputui_home, f'[mcp]\nlocal_folder = "{work}"\n') as session:
+        data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "esc"}))
+        cases = [
+            ("when_done", {"name": "esc", "policy": "keep", "pull": osc52}, "pull"),
+            ("when_done", {"name": "esc", "policy": "keep", "pull": "res", "to": title}, "to"),
+            ("jobs_add", {"name": "esc", "command": "true", "label": "a\x1b[31m"}, "label"),
+            ("jobs_add", {"name": "esc", "command": "echo \x1b]0;t\x07"}, "command"),
+            ("jobs_add", {"name": "esc", "commands": ["true", "echo \x9b2J"]}, "commands.1"),
+            ("jobs_add", {"name": "esc", "command": "true", "cwd": "a\u202eb"}, "cwd"),
+            ("push", {"name": "esc", "local": "x\x07"}, "local"),
+            ("pull", {"name": "esc", "remote": osc52}, "remote"),
+            ("create", {"gpu": "RTX 4090", "name": "n\x1b[8m"}, "name"),
+            ("run_command", {"name": "esc", "command": "printf \x1b]52;c;eA==\x07"}, "command"),
+        ]
+        for tool, args, field in cases:
+            with pytest.raises(MCPError) as caught:
+                await session.call_tool(tool, args)
+            assert caught.value.code == -32602, (tool, args, caught.value.message)
+            assert caught.value.message == (f"{tool}: {field}: control characters (an escape, "
+                                            "a BEL...) are not allowed"), caught.value.message
+        # a shell script's own line breaks and tabs are no control characters to refuse
+        added = data(await session.call_tool("jobs_add", {
+            "name": "esc", "command": "echo a\n\techo b", "label": "two lines"}))
+        queue = await _until_finished(session, "esc")
+        assert [r["status"] for r in queue["runs"]] == ["succeeded"] and added["ids"] == ["1"]
+        assert queue["when_done"] is None  # nothing refused was kept
+        # a when-done record written before paths were checked (by hand here)
+        data(await session.call_tool("when_done", {"name": "esc", "policy": "keep",
+                                                   "pull": "res", "to": "res"}))
+    [record] = (gputui_home / "jobs").glob("*.json")
+    rec = json.loads(record.read_text())
+    rec["pulls"] = [{"remote": osc52, "local": str(work / title)}]
+    record.write_text(json.dumps(rec))
+    env = run_gputui_env(gputui_home)
+
+    def gputui(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*GPUTUI, *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    shown = await asyncio.to_thread(gputui, "jobs", "esc")
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert f"(pull out -> {work / 'res'} first)" in shown.stdout, shown.stdout  # escapes gone
+    # the command line refuses them too: one line, exit 2, nothing changed
+    for args in (("when-done", "keep", "--pull", osc52),
+                 ("when-done", "keep", "--pull", "res", "--to", title),
+                 ("add", "--name", "x\x1b[2J", "--", "true")):
+        out = await asyncio.to_thread(gputui, "jobs", "esc", *args)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert "control characters are not allowed" in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "\x1b" not in out.stderr
+    assert json.loads(record.read_text())["pulls"] == rec["pulls"]  # unchanged
+    out = await asyncio.to_thread(gputui, "run", "esc", "--pull", osc52, "--", "true")
+    assert out.returncode == 2 and "--pull: control characters" in out.stderr, out.stderr
+    listed = json.loads((await asyncio.to_thread(gputui, "jobs", "esc", "--json")).stdout)
+    assert len(listed) == 1  # `run` queued nothing
+
+
+async def test_only_json_true_confirms(gputui_home: Path):
+    """The drill: `confirm` took "true", "yes" and 1. Only JSON true confirms; anything else
+    is an invalid-params error and nothing is released, extended or rented."""
+    config = '[mcp]\nconfirm_over = { USD = "1" }\n'
+    async with agent(gputui_home, config) as session:
+        made = data(await session.call_tool("create", {"gpu": "RTX 4090", "name": "sure",
+                                                       "release_after": "10m"}))
+        for value in ("true", "yes", 1, "1", "True", 1.0, [True], {"value": True}):
+            for tool, args in (
+                    ("release", {"name": "sure"}),
+                    ("when_done", {"name": "sure", "policy": "release"}),
+                    ("extend", {"name": "sure", "by": "1h"}),
+                    ("create", {"gpu": "H100 SXM", "count": 8, "release_after": "2h"})):
+                with pytest.raises(MCPError) as caught:
+                    await session.call_tool(tool, {**args, "confirm": value})
+                assert caught.value.code == -32602, (tool, value)
+                assert caught.value.message.startswith(f"{tool}: confirm: "), (
+                    tool, value, caught.value.message)
+        assert [i["name"] for i in instances(gputui_home)] == ["sure"]
+        assert instances(gputui_home)[0]["release_at"] == made["release_at"]
+        gone = data(await session.call_tool("release", {"name": "sure", "confirm": True}))
+        assert gone["released"]
     assert instances(gputui_home) == []

@@ -67,10 +67,12 @@ def cmd_costs(args: argparse.Namespace) -> int:
 
 def _runs(store, args: argparse.Namespace) -> int:
     """Each queued run's cost: its instance's rate (its share of the GPUs) over its time."""
+    from gputui.config import known_secrets
     from gputui.format import format_money
     from gputui.nvidia.nvsmi import sanitize
+    from gputui.services.costs import run_rows
 
-    runs = store.run_costs_sync()
+    runs = run_rows(store.run_costs_sync(), known_secrets(args.config))
     if args.json:
         print_json(runs)
         return 0

@@ -215,6 +215,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 async def _list(services: Any, args: argparse.Namespace) -> int:
+    from gputui.sanitize import sanitize
     from gputui.services.jobs import JobService
 
     inst = _live(services, args.name)
@@ -226,7 +227,8 @@ async def _list(services: Any, args: argparse.Namespace) -> int:
         print_table(view, inst)
         rec = jobs.when_done(inst)
         if rec is not None and rec.done_at is None:
-            pulls = ", ".join(f"{p['remote']} -> {p['local']}" for p in rec.pulls)
+            pulls = ", ".join(f"{sanitize(p['remote'], 300)} -> {sanitize(p['local'], 300)}"
+                              for p in rec.pulls)  # a record written before paths were checked
             print(_("when done: {policy}").format(policy=_policy(rec.policy))
                   + (_(" (pull {pulls} first)").format(pulls=pulls) if pulls else ""))
     return 0
@@ -238,6 +240,10 @@ def _specs_from_args(args: argparse.Namespace, inst: Any) -> list[Any]:
     gpus = parse_gpus(args.gpus, inst.gpu_count)
     if args.retries < 0 or args.retries > 100:
         raise CommandError(_("--retries: 0 to 100"), EXIT_BAD_INPUT)
+    if args.name_label is not None:
+        from gputui.format import check_label
+
+        args.name_label = check_label(args.name_label, "--name")
     command = _command(args, args.options_parser)
     if args.file and command:
         raise CommandError(_("add: give a command or --file, not both"), EXIT_BAD_INPUT)
@@ -310,12 +316,16 @@ def _pulls(args: argparse.Namespace) -> list[tuple[str, str]]:
         raise CommandError(_("--to needs --pull REMOTE"), EXIT_BAD_INPUT)
     if not args.pull:
         return []
+    from gputui.services.jobs import check_pulls
+
+    check_pulls([(args.pull, args.to or "")])  # no control characters: refused before anything
     local = args.to or os.path.join(".", os.path.basename(args.pull.rstrip("/")) or "results")
     return [(args.pull, os.path.abspath(os.path.expanduser(local)))]
 
 
 async def _when_done(services: Any, args: argparse.Namespace) -> int:
     from gputui.config import parse_duration
+    from gputui.sanitize import sanitize
     from gputui.services.jobs import JobService
 
     inst = _live(services, args.name)
@@ -333,7 +343,7 @@ async def _when_done(services: Any, args: argparse.Namespace) -> int:
     else:
         what = {"release": _("released"), "stop": _("stopped"), "keep": _("kept")}[rec.policy]
         pull = _("; {paths} pulled first").format(
-            paths=", ".join(p["remote"] for p in rec.pulls)) if rec.pulls else ""
+            paths=", ".join(sanitize(p["remote"], 300) for p in rec.pulls)) if rec.pulls else ""
         print(_("{name}: when its queue ends it is {what}").format(name=inst.name, what=what)
               + pull + (_(" — done now: {outcome}").format(outcome=outcome) if outcome else ""))
     return 0
@@ -353,6 +363,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CommandError(_("run: no command (gputui run NAME -- CMD ...)"), EXIT_BAD_INPUT)
     if (args.name is None) == (args.gpu is None):
         raise CommandError(_("run: give an instance NAME or --gpu GPU to rent one"), EXIT_BAD_INPUT)
+    if args.label is not None:
+        from gputui.format import check_label
+
+        args.label = check_label(args.label, "--label")
+    _pulls(args)  # a bad --pull or --to is refused before anything is rented or sent
     args.sync_path = Path(os.path.expanduser(args.sync)).resolve() if args.sync else None
     if args.sync_path is not None and not args.sync_path.is_dir():
         raise CommandError(_("--sync: {path}: no such folder").format(path=args.sync),

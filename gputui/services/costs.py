@@ -363,8 +363,24 @@ def to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
+def run_rows(runs: list[dict], secrets: Iterable[str]) -> list[dict]:
+    """Per-run costs as exported (`costs --runs --json`): text cleaned, then every secret
+    masked — rows stored before commands were masked on the way in included."""
+    from gputui.sanitize import clean_masked
+
+    keys = list(secrets)
+    out = []
+    for run in runs:
+        row = dict(run)
+        for key, limit in (("command", 4096), ("label", 256), ("instance", 256)):
+            if isinstance(row.get(key), str):
+                row[key] = clean_masked(row[key], keys, limit)
+        out.append(row)
+    return out
+
+
 __all__ = [
     "UTC", "BudgetAlert", "BudgetWatch", "Combined", "InstanceCost", "Totals", "combine",
     "convert", "currencies", "daily_series", "export_rows", "group_ledger", "instance_cost",
-    "spent_between", "to_csv", "totals", "totals_by_currency",
+    "run_rows", "spent_between", "to_csv", "totals", "totals_by_currency",
 ]

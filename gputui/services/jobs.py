@@ -292,6 +292,18 @@ def save_when_done(services: Services, instance_id: str, rec: WhenDone) -> None:
                   json.dumps(rec.__dict__, indent=1).encode())
 
 
+def check_pulls(pulls: list[tuple[str, str]]) -> None:
+    """Paths to pull refuse control characters (an OSC 52 clipboard write, a window title):
+    they are kept and shown later (`gputui jobs`, Home)."""
+    from gputui.sanitize import has_control
+
+    for remote, local in pulls:
+        for option, text in (("--pull", remote), ("--to", str(local))):
+            if has_control(text):
+                raise BadInput(_("{field}: control characters are not allowed in a path").format(
+                    field=option))
+
+
 def run_cost(inst: Instance, job: Job) -> Decimal | None:
     """The instance's rate, times the run's share of its GPUs, over the run's time."""
     secs = job.seconds()
@@ -422,6 +434,10 @@ class JobService:
         return view
 
     def _record_costs(self, inst: Instance, view: QueueView) -> None:
+        from gputui.config import known_secrets
+        from gputui.sanitize import clean_masked
+
+        secrets = known_secrets(self.services.config)
         for job in view.jobs:
             if not job.final or job.started_at is None or job.cost is None:
                 continue
@@ -437,7 +453,9 @@ class JobService:
                                                        job.id, job.attempt))
             self.store.record_run_cost_sync(inst.id, job.id, {
                 "instance_id": inst.id, "instance": inst.name, "job_id": job.id,
-                "label": job.name, "command": job.command, "status": job.status,
+                "label": clean_masked(job.name, secrets, 256),
+                # stored cleaned, then masked: a key in a command never reaches the database
+                "command": clean_masked(job.command, secrets, 4096), "status": job.status,
                 "exit_code": job.exit_code, "gpu": inst.gpu, "gpus": list(job.gpus) if job.gpus else None,
                 "gpu_count": inst.gpu_count, "started_at": job.started_at.isoformat(),
                 "ended_at": ended.isoformat(), "seconds": round(job.seconds() or 0, 1),
@@ -532,6 +550,7 @@ class JobService:
                              "choose release or keep").format(name=inst.name,
                                                              provider=inst.provider))
         pulls = list(pulls or [])
+        check_pulls(pulls)
         if pulls:
             with contextlib.suppress(ServiceError):  # a power-off nobody has seen yet
                 inst = await self.services.refresh(inst)

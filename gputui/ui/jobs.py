@@ -372,13 +372,15 @@ class JobsScreen(BaseScreen):
 
     @work(group="jobs-act", exit_on_error=False)
     async def add(self, inst: Instance, form: dict[str, str]) -> None:
+        from gputui.format import check_label
         from gputui.services.jobs import JobSpec, parse_gpus
 
         try:
             if not form.get("command"):
                 raise ValueError(_("no command given"))
             retries = _retries(form.get("retries") or "0")
-            spec = JobSpec(form["command"], name=form.get("name") or None,
+            label = check_label(form["name"], _("Label")) if form.get("name") else None
+            spec = JobSpec(form["command"], name=label,
                            cwd=form.get("cwd") or None, retries=retries,
                            gpus=parse_gpus(form.get("gpus") or None, inst.gpu_count))
             [job_id] = await self._service().add(inst, [spec])

@@ -188,3 +188,52 @@ async def test_every_path_that_names_an_instance_refuses_control_characters(serv
         await add_ssh_host(services, SSHEndpoint(host="127.0.0.1", port=1), name=HOSTILE,
                            gpu=None, price=Decimal(1), per=Granularity.SECOND)
     assert services.store.instances_sync() == []
+
+
+KEY = "secret_lambda_key_0123456789abcdef"
+
+
+@pytest.mark.parametrize("hidden", [
+    KEY[:9] + CLEAR + KEY[9:],  # an escape inside the key: stripped, the key is whole again
+    KEY[:5] + TITLE + KEY[5:20] + "\u200b" + KEY[20:],  # a title and a zero-width space
+    KEY[:12] + "\x9b1m" + KEY[12:],  # an 8-bit CSI
+])
+def test_a_key_split_by_an_escape_is_masked_once_the_text_is_clean(hidden: str):
+    """The drill: the mask ran before the escapes were stripped, so a key with one inside
+    passed it and came out whole. Cleaned first, then masked."""
+    from gputui.sanitize import clean_masked, log_text, sanitize
+
+    assert KEY in sanitize(f"a={hidden}", 4000)  # what the old order showed
+    assert clean_masked(f"a={hidden}", [KEY]) == "a=***"
+    assert clean_masked(f"a={hidden}\nb={hidden}", [KEY], lines=True) == "a=***\nb=***"
+    assert log_text(f"Command: echo {hidden}", [KEY]) == "Command: echo ***"
+
+
+def test_a_cut_never_leaves_part_of_a_key():
+    from gputui.sanitize import clean_masked, log_text
+
+    text = "x" * 190 + KEY
+    head = clean_masked(text, [KEY], 200)  # masked whole before the cut
+    assert head == "x" * 190 + "***"
+    long = "y" * 190 + KEY + "z" * 5000
+    cut = log_text(long, [KEY])
+    assert KEY[:4] not in cut and cut.startswith("y" * 190 + "***")
+    assert cut.endswith(f"\u2026 ({len(long)} bytes)") and len(cut) < 260
+    # wherever the cut falls (inside the key, were it cut first), no part of the key is left
+    for limit in range(5, 40):
+        for keep in ("head", "tail"):
+            shown = clean_masked("v" * 50 + KEY + "v" * 50, [KEY], limit + 50, keep=keep)
+            assert KEY[:4] not in shown and KEY[-4:] not in shown, (limit, keep, shown)
+
+
+def test_every_key_gputui_holds_is_masked(monkeypatch: pytest.MonkeyPatch):
+    from gputui.config import known_secrets
+
+    cfg = Config.model_validate({"providers": {"lambda": {"api_key": "lambda-in-config"},
+                                               "autodl": {"token": "autodl-in-config"}}})
+    monkeypatch.setenv("LAMBDA_API_KEY", "lambda-from-env")
+    monkeypatch.setenv("AUTODL_TOKEN", "autodl-from-env ")
+    assert sorted(known_secrets(cfg)) == ["autodl-from-env", "autodl-in-config",
+                                          "lambda-from-env", "lambda-in-config"]
+    monkeypatch.setenv("AUTODL_TOKEN", "abc")  # too short to be told from a word: not masked
+    assert "abc" not in known_secrets(None)
