@@ -420,6 +420,11 @@ async def test_a_key_never_reaches_a_log_the_database_or_an_export(gputui_home: 
         runs = json.loads(out.stdout)
         assert [r["command"] for r in runs] == ["echo key=***", f"printf 'c={split}\\n'"]
         assert [r["label"] for r in runs] == ["leaky-1", "leaky-2"]
+        listed = await asyncio.to_thread(subprocess.run, [*GPUTUI, "jobs", "keeper", "--json"],
+                                         env=run_gputui_env(gputui_home), capture_output=True,
+                                         text=True, timeout=60)
+        assert json.loads(listed.stdout)[0]["command"] == "echo key=***", listed.stdout
+        assert SECRET not in listed.stdout + listed.stderr
         data(await session.call_tool("release", {"name": "keeper", "confirm": True}))
     wrote = _files_gputui_wrote(gputui_home)
     assert "state.db" in wrote and "mcp.err" in wrote

@@ -409,6 +409,10 @@ class JobService:
             view.ended_at = _time(end.get("ended_at"))
             view.poweroff_at = _time(end.get("poweroff_at"))
             view.poweroff_in_s = end.get("poweroff_in_s")
+        from gputui.config import known_secrets
+        from gputui.sanitize import clean_masked
+
+        secrets = known_secrets(self.services.config)  # a key typed into a command stays here
         for r in data.get("runs", []):
             status = str(r.get("status") or "queued")
             if status not in STATUSES:
@@ -417,7 +421,8 @@ class JobService:
             if not isinstance(gpus, list) or not all(_whole(g) is not None for g in gpus):
                 gpus = None  # a record written by hand on the instance: shown, not trusted
             job = Job(
-                id=str(r.get("id")), name=str(r.get("name") or ""), command=str(r.get("command") or ""),
+                id=str(r.get("id")), name=str(r.get("name") or ""),
+                command=clean_masked(r.get("command") or "", secrets, 200_000, lines=True),
                 status=status, cwd=str(r.get("cwd") or "") or None,
                 gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
                 retries=_whole(r.get("retries")) or 0, attempt=_whole(r.get("attempt")) or 1,
