@@ -49,6 +49,16 @@ def format_money(value: Decimal | float | int, currency: str = "USD") -> str:
     return f"{sign}{symbol}{amount}" if symbol else f"{sign}{amount} {currency}"
 
 
+def format_small_money(value: Decimal | float | int, currency: str = "USD") -> str:
+    """`format_money`, but an amount that is not zero never reads as zero: a short run's
+    $0.0031 reads `<$0.01` (and a refund `-<$0.01`)."""
+    amount = value if isinstance(value, Decimal) else Decimal(str(value))
+    if amount != 0 and round_money(amount) == 0:
+        cent = format_money(Decimal("0.01"), currency)
+        return f"-<{cent}" if amount < 0 else f"<{cent}"
+    return format_money(amount, currency)
+
+
 def format_gib(value: float | None, *, unit: str = "bytes", decimals: int = 1) -> str:
     """GPU memory, one unit everywhere: GiB (what nvidia-smi's MiB add up to, and what a card
     marketed as "24 GB" holds). `unit` is "bytes" or "mib"; unknown reads '?'."""

@@ -14,7 +14,7 @@ from gputui.cli.output import (
     report_unreadable,
     status_text,
 )
-from gputui.i18n import _, pad_cells, shown, truncate_cells
+from gputui.i18n import _, cell_len, pad_cells, shown, truncate_cells
 
 
 def cmd_costs(args: argparse.Namespace) -> int:
@@ -68,7 +68,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
 def _runs(store, args: argparse.Namespace) -> int:
     """Each queued run's cost: its instance's rate (its share of the GPUs) over its time."""
     from gputui.config import known_secrets
-    from gputui.format import format_money
+    from gputui.format import format_elapsed, format_small_money
     from gputui.nvidia.nvsmi import sanitize
     from gputui.services.costs import run_rows
 
@@ -79,18 +79,38 @@ def _runs(store, args: argparse.Namespace) -> int:
     if not runs:
         print(_("No runs yet: queue some with `gputui jobs NAME add -- CMD`."))
         return 0
-    print(" ".join((pad_cells(_("INSTANCE"), 14), pad_cells(_("RUN"), 22),
-                    pad_cells(_("STATUS"), 9), pad_cells(_("EXIT"), 4, ">"),
-                    pad_cells(_("SECONDS"), 8, ">"), pad_cells(_("COST"), 10, ">"))))
+    # two lines a run at 80 columns: the figures, then what ran (its command and attempt)
+    print(" ".join((pad_cells(_("INSTANCE"), 12), pad_cells(_("RUN"), 16),
+                    pad_cells(_("STARTED"), 11), pad_cells(_("STATUS"), 9),
+                    pad_cells(_("EXIT"), 4, ">"), pad_cells(_("TIME"), 8, ">"),
+                    pad_cells(_("COST"), 9, ">"))))
     for r in runs:
         code = "-" if r.get("exit_code") is None else str(r["exit_code"])
-        print(f"{pad_cells(truncate_cells(sanitize(r['instance'], 40), 14, where='middle'), 14)} "
-              f"{pad_cells(truncate_cells(sanitize(r['label'], 60), 22, where='middle'), 22)} "
-              f"{pad_cells(status_text(r['status']), 9)} {code:>4} "
-              f"{r['seconds']:>8.0f} {format_money(Decimal(r['cost']), r['currency']):>10}")
+        started = _local_time(r.get("started_at"))
+        print(f"{pad_cells(truncate_cells(sanitize(r['instance'], 40), 12, where='middle'), 12)} "
+              f"{pad_cells(truncate_cells(sanitize(r['label'], 60), 16, where='middle'), 16)} "
+              f"{pad_cells(started, 11)} "
+              f"{pad_cells(truncate_cells(status_text(r['status']), 9), 9)} {code:>4} "
+              f"{pad_cells(format_elapsed(float(r.get('seconds') or 0)), 8, '>')} "
+              f"{format_small_money(Decimal(r['cost']), r['currency']):>9}")
+        attempt, retries = r.get("attempt"), r.get("retries")
+        tries = (_(" (attempt {n} of {total})").format(n=attempt, total=retries + 1)
+                 if isinstance(attempt, int) and isinstance(retries, int) and retries else "")
+        print("  $ " + truncate_cells(sanitize(r.get("command") or "", 400), 72 - cell_len(tries))
+              + tries)
     print(_("(each run's cost is part of its instance's cost, not added to it)"))
     return 0
 
+
+
+def _local_time(iso: object) -> str:
+    """`11-29 12:00` in this machine's time zone; `-` where the record has no time."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(iso)).astimezone().strftime("%m-%d %H:%M")
+    except ValueError:
+        return "-"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

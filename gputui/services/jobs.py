@@ -465,7 +465,8 @@ class JobService:
                 "gpu_count": inst.gpu_count, "started_at": job.started_at.isoformat(),
                 "ended_at": ended.isoformat(), "seconds": round(job.seconds() or 0, 1),
                 "rate_per_hour": str(inst.billing.price_per_hour), "cost": str(job.cost),
-                "currency": inst.billing.currency,
+                "currency": inst.billing.currency, "attempt": job.attempt,
+                "retries": job.retries,
             }, ended.timestamp())
 
     async def cancel(self, inst: Instance, job_id: str) -> str:
