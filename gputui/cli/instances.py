@@ -51,6 +51,8 @@ def cmd_instances(args: argparse.Namespace) -> int:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    import asyncio
+
     from pydantic import ValidationError
 
     from gputui.providers.base import CreateRequest
@@ -74,9 +76,24 @@ def cmd_create(args: argparse.Namespace) -> int:
             raise CommandError(_("{flag}: {problem}").format(flag=flag, problem=err["msg"].lower()),
                                EXIT_BAD_INPUT) from None
         lease = _lease_from_args(args, services)
-        progress = None if args.json else (lambda m: print(f"  {status_text(m)}", file=sys.stderr))
-        inst = await services.create(args.provider, offer, request, lease=lease, progress=progress)
-        inst = await _arm_lease(services, inst)
+        steps: list[str] = []
+
+        def progress(step: str) -> None:
+            steps.append(step)
+            if not args.json:
+                print(f"  {status_text(step)}", file=sys.stderr)
+
+        try:
+            inst = await services.create(args.provider, offer, request, lease=lease,
+                                         progress=progress)
+            inst = await _arm_lease(services, inst)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            if steps:  # recorded, so asked of the provider: it may exist, and bill
+                print("gputui: " + _(
+                    "interrupted: {name} may exist at {provider} and bill — run `gputui "
+                    "instances` (it is reconciled then) or `gputui release {name}`").format(
+                    name=request.name, provider=args.provider), file=sys.stderr)
+            raise
         view = instance_view(inst, services.store.get_lease_sync(inst.id))
         if args.json:
             print_json(view)
@@ -93,6 +110,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_extend(args: argparse.Namespace) -> int:
     from gputui.config import check_release_at, lease_span
     from gputui.format import format_remaining
+    from gputui.models import InstanceStatus
 
     async def body(services) -> int:
         from gputui.services.leases import session_leases
@@ -112,6 +130,11 @@ def cmd_extend(args: argparse.Namespace) -> int:
         print(_("{name}: release at {time} (in {left}; layers: {layers})").format(
             name=inst.name, time=f"{at:%Y-%m-%d %H:%M}" if at else _("no time"),
             left=format_remaining(lease.remaining()), layers=_(", ").join(layers)))
+        now = services.store.get_instance_sync(inst.id) or inst
+        if now.status == InstanceStatus.STOPPED and \
+                services.capabilities(inst.provider).power_off_stops_billing:
+            print(_("{name} is stopped: its on-instance timer is set when it starts "
+                    "(`gputui start {name}`)").format(name=inst.name))
         return 0
 
     return run_async(args, body)
