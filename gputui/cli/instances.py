@@ -253,8 +253,27 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
 
 def cmd_release(args: argparse.Namespace) -> int:
     async def body(services) -> int:
+        from gputui.services import at_release
+
         inst = services.store.find_instance_sync(args.name)
-        entry = await services.release(inst, "manual")
+        stake = await at_release.at_stake(services, inst) if inst.status.live else None
+        if stake is not None and stake.unread:
+            print("gputui: " + _("{name}: its jobs queue could not be read ({why}); runs on "
+                                 "it, if any, end with it").format(name=inst.name,
+                                                                   why=stake.unread),
+                  file=sys.stderr)
+        if stake is not None and not stake.empty and not args.yes:
+            what = stake.describe()
+            if args.json or not sys.stdin.isatty():
+                raise CommandError(_("{name}: {what} — a release ends them: add --yes to "
+                                     "release it anyway").format(name=inst.name, what=what),
+                                   EXIT_BAD_INPUT)
+            if not await _ask(_("{name}: {what} — a release ends them. Release it anyway? "
+                                "[y/N] ").format(name=inst.name, what=what)):
+                print(_("{name} is kept: nothing was changed").format(name=inst.name),
+                      file=sys.stderr)
+                return 1
+        entry, cancelled = await at_release.release(services, inst, stake)
         if entry is None:
             now = services.store.get_instance_sync(inst.id) or inst
             if now.status.live:  # claimed by the daemon or a console: it finishes the release
@@ -264,16 +283,34 @@ def cmd_release(args: argparse.Namespace) -> int:
                                                           status=status_text(now.status)))
             return 0
         if args.json:
-            print_json(json.loads(entry.model_dump_json()))
+            print_json({**json.loads(entry.model_dump_json()),
+                        "cancelled_runs": [job.id for job in cancelled]})
         else:
             from gputui.format import format_money
 
             print(_("released {name}: {amount} in all").format(
                 name=inst.name,
                 amount=format_money(entry.compute_cost + entry.storage_cost, entry.currency)))
+            for job in cancelled:
+                print(_("run {run}: cancelled by the release, {cost} (in `gputui costs "
+                        "--runs`)").format(run=at_release.run_label(job),
+                                           cost=format_money(job.cost or 0, job.currency)))
         return 0
 
     return run_async(args, body)
+
+
+async def _ask(question: str) -> bool:
+    """A yes/no question on the terminal; anything but y/yes (or no answer) is no."""
+    import asyncio
+
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    try:
+        answer = await asyncio.to_thread(sys.stdin.readline)
+    except (OSError, KeyboardInterrupt):
+        answer = ""
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _not_live(inst) -> str:
@@ -438,4 +475,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("release", help=_("release an instance now (stops the billing)"))
     s.add_argument("name", help=_("instance name or id"))
     s.add_argument("--json", action="store_true", help=_("print the ledger entry as JSON"))
+    s.add_argument("--yes", action="store_true",
+                   help=_("release even if runs are running or results are not home (they "
+                          "end with it)"))
     s.set_defaults(handler=cmd_release)
