@@ -262,6 +262,7 @@ def cmd_release(args: argparse.Namespace) -> int:
                                  "it, if any, end with it").format(name=inst.name,
                                                                    why=stake.unread),
                   file=sys.stderr)
+        asked = False
         if stake is not None and not stake.empty and not args.yes:
             what = stake.describe()
             if args.json or not sys.stdin.isatty():
@@ -273,7 +274,8 @@ def cmd_release(args: argparse.Namespace) -> int:
                 print(_("{name} is kept: nothing was changed").format(name=inst.name),
                       file=sys.stderr)
                 return 1
-        entry, cancelled = await at_release.release(services, inst, stake)
+            asked = True
+        entry, cancelled = await at_release.release(services, inst, stake, recheck=asked)
         if entry is None:
             now = services.store.get_instance_sync(inst.id) or inst
             if now.status.live:  # claimed by the daemon or a console: it finishes the release

@@ -100,11 +100,17 @@ async def _read_queue(services: Services, inst: Instance) -> QueueView | None:
     return await JobService(services).view(inst)
 
 
-async def release(services: Services, inst: Instance, stake: AtStake | None = None,
-                  ) -> tuple[LedgerEntry | None, list[Job]]:
+async def release(services: Services, inst: Instance, stake: AtStake | None = None, *,
+                  recheck: bool = False) -> tuple[LedgerEntry | None, list[Job]]:
     """Release `inst` by hand; the runs that were running (`stake`) are recorded as cancelled
-    at the release, with their cost. Returns the ledger entry (None: released already, or by
-    another process) and the runs recorded."""
+    at the release, with their cost. `recheck`: the user took time to answer, so the queue is
+    read again first — a run that ended meanwhile is recorded as it ended, not as cancelled.
+    Returns the ledger entry (None: released already, or by another process) and the runs
+    recorded as cancelled."""
+    if recheck and stake is not None and stake.running:
+        again = await at_stake(services, inst)
+        if again.unread is None:
+            stake = again
     entry = await services.release(inst, "manual")
     if entry is None or stake is None or not stake.running:
         return entry, []

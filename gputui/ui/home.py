@@ -294,7 +294,7 @@ class HomeScreen(BaseScreen):
         try:
             entry, cancelled = await at_release.release(
                 self.gapp.services, inst,
-                stake if isinstance(stake, at_release.AtStake) else None)
+                stake if isinstance(stake, at_release.AtStake) else None, recheck=True)
         except Exception as exc:
             self.notify(f"{inst.name}: {shown(exc)}", severity="error")
             return

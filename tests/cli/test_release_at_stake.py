@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -32,8 +33,9 @@ def status(home: Path, name: str) -> str:
     return next(i["status"] for i in listed if i["name"] == name)
 
 
-def on_a_terminal(home: Path, args: list[str], answer: bytes) -> tuple[int, str]:
-    """Run `gputui ARGS` with a terminal for stdin; answer its question."""
+def on_a_terminal(home: Path, args: list[str], answer: bytes,
+                  meanwhile: Callable[[], None] | None = None) -> tuple[int, str]:
+    """Run `gputui ARGS` with a terminal for stdin; answer its question (after `meanwhile`)."""
     import pty
     import select
 
@@ -49,6 +51,8 @@ def on_a_terminal(home: Path, args: list[str], answer: bytes) -> tuple[int, str]
             ready, _, _ = select.select([proc.stderr.fileno()], [], [], 1)
             if ready:
                 said += os.read(proc.stderr.fileno(), 4096)
+        if meanwhile is not None:
+            meanwhile()
         os.write(master, answer)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -115,6 +119,32 @@ def test_a_yes_on_the_terminal_releases_and_says_what_was_cancelled(gputui_home:
     assert "released asked:" in said and "run 1 eval: cancelled by the release" in said
     [row] = json.loads(gputui(gputui_home, "costs", "--runs", "--json").stdout)
     assert row["status"] == "cancelled" and row["label"] == "eval"
+
+
+def test_a_run_that_ends_while_the_question_waits_is_recorded_as_it_ended(gputui_home: Path):
+    create(gputui_home, "slow")
+    assert gputui(gputui_home, "jobs", "slow", "add", "--name", "short", "--",
+                  "while [ ! -f go ]; do sleep 0.1; done").returncode == 0
+    for _try in range(300):
+        [run] = json.loads(gputui(gputui_home, "jobs", "slow", "--json").stdout)
+        if run["status"] == "running":
+            break
+        time.sleep(0.2)
+
+    def ended() -> None:  # the user thinks; meanwhile the run ends on its own
+        assert gputui(gputui_home, "ssh", "slow", "--", "touch go").returncode == 0
+        for _try in range(300):
+            [run] = json.loads(gputui(gputui_home, "jobs", "slow", "--json").stdout)
+            if run["status"] == "succeeded":
+                return
+            time.sleep(0.2)
+        raise AssertionError("the run never ended")
+
+    code, said = on_a_terminal(gputui_home, ["release", "slow"], b"y\n", meanwhile=ended)
+    assert "1 run is running (1 short)" in said
+    assert code == 0 and "released slow:" in said and "cancelled" not in said, said
+    [row] = json.loads(gputui(gputui_home, "costs", "--runs", "--json").stdout)
+    assert row["status"] == "succeeded" and row["exit_code"] == 0
 
 
 def test_results_not_home_are_named_and_nothing_at_stake_releases_as_before(gputui_home: Path,
