@@ -87,6 +87,9 @@ async def at_stake(services: Services, inst: Instance, *,
     except GputuiError as exc:  # unreachable, refused, a state that cannot be written...
         stake.unread = sanitize(str(exc), 200)
         return stake
+    except Exception as exc:  # noqa: BLE001 - a look that failed never blocks a release
+        stake.unread = sanitize(f"{type(exc).__name__}: {exc}", 200)
+        return stake
     if view is not None:
         stake.running = [j for j in view.jobs if j.status == "running"]
         stake.queued = [j for j in view.jobs if j.status == "queued"]
