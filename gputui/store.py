@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -229,6 +229,23 @@ _NOTIFICATIONS = """CREATE TABLE IF NOT EXISTS notifications (
 # State files open in this process (resolved path -> how many stores), see `_connect`.
 _OPEN_PATHS: dict[str, int] = {}
 _OPEN_LOCK = threading.Lock()
+
+
+def _claim_alive(row: Any, now: float, host: str) -> bool:
+    """A claims row (owner, host, pid, expires) still in force: not expired, and its process
+    is there (checked where it is on this host)."""
+    import os
+
+    if row[3] <= now:
+        return False
+    if row[1] == host:
+        try:
+            os.kill(int(row[2]), 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            pass
+    return True
 
 
 class InstanceNotFound(NotFound, LookupError):
@@ -636,7 +653,6 @@ class SessionStore:
         """Claim the right to release an instance. False while another owner's claim is fresh
         (the console and the daemon each tick over the same leases). A claim lapses after
         `ttl_s` (its holder crashed), or at once if its holder's process on this host is gone."""
-        import os
         import socket
 
         host = socket.gethostname()
@@ -647,23 +663,26 @@ class SessionStore:
                          "expires REAL NOT NULL)")
             row = conn.execute("SELECT owner, host, pid, expires FROM claims WHERE instance_id=?",
                                (instance_id,)).fetchone()
-            if row is not None and row[0] != owner and row[3] > now:
-                alive = True
-                if row[1] == host:
-                    try:
-                        os.kill(int(row[2]), 0)
-                    except ProcessLookupError:
-                        alive = False
-                    except OSError:
-                        pass
-                if alive:
-                    return False
+            if row is not None and row[0] != owner and _claim_alive(row, now, host):
+                return False
             conn.execute("INSERT INTO claims(instance_id, owner, host, pid, expires) "
                          "VALUES (?, ?, ?, ?, ?) ON CONFLICT(instance_id) DO UPDATE SET "
                          "owner=excluded.owner, host=excluded.host, pid=excluded.pid, "
                          "expires=excluded.expires",
                          (instance_id, owner, host, self._pid, now + ttl_s))
         return True
+
+    def claim_held_sync(self, instance_id: str) -> bool:
+        """Whether a claim on `instance_id` is held now by a process that is still there."""
+        import socket
+
+        with self._lock:
+            try:
+                row = self._conn.execute("SELECT owner, host, pid, expires FROM claims "
+                                         "WHERE instance_id=?", (instance_id,)).fetchone()
+            except sqlite3.OperationalError:  # no claims table yet: nothing was ever claimed
+                return False
+        return row is not None and _claim_alive(row, time.time(), socket.gethostname())
 
     def drop_claim_sync(self, instance_id: str, owner: str) -> None:
         with self._tx() as conn:

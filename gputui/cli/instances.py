@@ -51,6 +51,8 @@ def cmd_instances(args: argparse.Namespace) -> int:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    import asyncio
+
     from pydantic import ValidationError
 
     from gputui.providers.base import CreateRequest
@@ -74,9 +76,24 @@ def cmd_create(args: argparse.Namespace) -> int:
             raise CommandError(_("{flag}: {problem}").format(flag=flag, problem=err["msg"].lower()),
                                EXIT_BAD_INPUT) from None
         lease = _lease_from_args(args, services)
-        progress = None if args.json else (lambda m: print(f"  {status_text(m)}", file=sys.stderr))
-        inst = await services.create(args.provider, offer, request, lease=lease, progress=progress)
-        inst = await _arm_lease(services, inst)
+        steps: list[str] = []
+
+        def progress(step: str) -> None:
+            steps.append(step)
+            if not args.json:
+                print(f"  {status_text(step)}", file=sys.stderr)
+
+        try:
+            inst = await services.create(args.provider, offer, request, lease=lease,
+                                         progress=progress)
+            inst = await _arm_lease(services, inst)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            if steps:  # recorded, so asked of the provider: it may exist, and bill
+                print("gputui: " + _(
+                    "interrupted: {name} may exist at {provider} and bill — run `gputui "
+                    "instances` (it is reconciled then) or `gputui release {name}`").format(
+                    name=request.name, provider=args.provider), file=sys.stderr)
+            raise
         view = instance_view(inst, services.store.get_lease_sync(inst.id))
         if args.json:
             print_json(view)
@@ -93,6 +110,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_extend(args: argparse.Namespace) -> int:
     from gputui.config import check_release_at, lease_span
     from gputui.format import format_remaining
+    from gputui.models import InstanceStatus
 
     async def body(services) -> int:
         from gputui.services.leases import session_leases
@@ -112,6 +130,11 @@ def cmd_extend(args: argparse.Namespace) -> int:
         print(_("{name}: release at {time} (in {left}; layers: {layers})").format(
             name=inst.name, time=f"{at:%Y-%m-%d %H:%M}" if at else _("no time"),
             left=format_remaining(lease.remaining()), layers=_(", ").join(layers)))
+        now = services.store.get_instance_sync(inst.id) or inst
+        if now.status == InstanceStatus.STOPPED and \
+                services.capabilities(inst.provider).power_off_stops_billing:
+            print(_("{name} is stopped: its on-instance timer is set when it starts "
+                    "(`gputui start {name}`)").format(name=inst.name))
         return 0
 
     return run_async(args, body)
@@ -231,8 +254,29 @@ def cmd_add_ssh(args: argparse.Namespace) -> int:
 
 def cmd_release(args: argparse.Namespace) -> int:
     async def body(services) -> int:
+        from gputui.services import at_release
+
         inst = services.store.find_instance_sync(args.name)
-        entry = await services.release(inst, "manual")
+        stake = await at_release.at_stake(services, inst) if inst.status.live else None
+        if stake is not None and stake.unread:
+            print("gputui: " + _("{name}: its jobs queue could not be read ({why}); runs on "
+                                 "it, if any, end with it").format(name=inst.name,
+                                                                   why=stake.unread),
+                  file=sys.stderr)
+        asked = False
+        if stake is not None and not stake.empty and not args.yes:
+            what = stake.describe()
+            if args.json or not sys.stdin.isatty():
+                raise CommandError(_("{name}: {what} — a release ends them: add --yes to "
+                                     "release it anyway").format(name=inst.name, what=what),
+                                   EXIT_BAD_INPUT)
+            if not await _ask(_("{name}: {what} — a release ends them. Release it anyway? "
+                                "[y/N] ").format(name=inst.name, what=what)):
+                print(_("{name} is kept: nothing was changed").format(name=inst.name),
+                      file=sys.stderr)
+                return 1
+            asked = True
+        entry, cancelled = await at_release.release(services, inst, stake, recheck=asked)
         if entry is None:
             now = services.store.get_instance_sync(inst.id) or inst
             if now.status.live:  # claimed by the daemon or a console: it finishes the release
@@ -242,16 +286,34 @@ def cmd_release(args: argparse.Namespace) -> int:
                                                           status=status_text(now.status)))
             return 0
         if args.json:
-            print_json(json.loads(entry.model_dump_json()))
+            print_json({**json.loads(entry.model_dump_json()),
+                        "cancelled_runs": [job.id for job in cancelled]})
         else:
             from gputui.format import format_money
 
             print(_("released {name}: {amount} in all").format(
                 name=inst.name,
                 amount=format_money(entry.compute_cost + entry.storage_cost, entry.currency)))
+            for job in cancelled:
+                print(_("run {run}: cancelled by the release, {cost} (in `gputui costs "
+                        "--runs`)").format(run=at_release.run_label(job),
+                                           cost=format_money(job.cost or 0, job.currency)))
         return 0
 
     return run_async(args, body)
+
+
+async def _ask(question: str) -> bool:
+    """A yes/no question on the terminal; anything but y/yes (or no answer) is no."""
+    import asyncio
+
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    try:
+        answer = await asyncio.to_thread(sys.stdin.readline)
+    except (OSError, KeyboardInterrupt):
+        answer = ""
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _not_live(inst) -> str:
@@ -416,4 +478,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("release", help=_("release an instance now (stops the billing)"))
     s.add_argument("name", help=_("instance name or id"))
     s.add_argument("--json", action="store_true", help=_("print the ledger entry as JSON"))
+    s.add_argument("--yes", action="store_true",
+                   help=_("release even if runs are running or results are not home (they "
+                          "end with it)"))
     s.set_defaults(handler=cmd_release)

@@ -5,6 +5,7 @@ services it works on. Commands print; services never do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -15,6 +16,7 @@ from gputui.format import end_reason_text, status_text
 from gputui.i18n import _, shown
 
 if TYPE_CHECKING:
+    from gputui.models import Instance
     from gputui.services.hub import Services
     from gputui.store import SessionStore
 
@@ -83,7 +85,9 @@ def run_async(args: argparse.Namespace, body: Callable[[Services], Awaitable[int
 def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
     """Bring live instances up to date with their providers (a power-off or a scheduled
     termination that happened while nothing ran). Providers that need the network are not
-    asked here; `gputui reap` does the full round."""
+    asked here — except for a record a create left behind (Ctrl-C, a crash): that instance may
+    be running and billing, so it is asked of its provider now, and armed once it runs.
+    `gputui reap` does the full round."""
     if store.read_only is not None:  # nothing can be saved: show the state as last saved
         print(f"gputui: {store.path}: {store.read_only}; "
               + _("showing the state as last saved (changes are refused until there is room)"),
@@ -100,16 +104,40 @@ def refresh_quietly(args: argparse.Namespace, store: SessionStore) -> None:
         services = services_for(args, store)
         try:
             for inst in live:
-                if not services.capabilities(inst.provider).local:
-                    continue
+                left = services.left_mid_create(inst)
+                if not left and (not services.capabilities(inst.provider).local
+                                 or services.creating(inst)):
+                    continue  # (one being created now is the creator's to record)
                 try:
-                    await services.refresh(inst)
+                    fresh = await services.refresh(inst)
                 except ServiceError as exc:
                     print(f"gputui: {inst.name}: {one_line(exc)}", file=sys.stderr)
+                    continue
+                if left:
+                    await _settled(services, fresh)
         finally:
             await services.close()
 
     asyncio.run(refresh())
+
+
+async def _settled(services: Services, inst: Instance) -> None:
+    """A record left mid-create that its provider now shows running: its timer's layers are
+    armed (as the create would have done), and the user is told that it bills."""
+    from gputui.format import format_money
+    from gputui.models import InstanceStatus
+
+    if inst.status == InstanceStatus.RUNNING:
+        from gputui.services.hub import ServiceError
+        from gputui.services.leases import session_leases
+
+        with contextlib.suppress(ServiceError):
+            await session_leases(services).arm(inst)
+        print("gputui: " + _("{name}: its create was interrupted; {provider} shows it running, "
+                             "billing {rate}/h").format(
+            name=inst.name, provider=inst.provider,
+            rate=format_money(inst.billing.price_per_hour, inst.billing.currency)),
+              file=sys.stderr)
 
 
 def report_unreadable(store: SessionStore) -> None:

@@ -813,9 +813,10 @@ class AutoDLProvider(KeyedHttpClient, Provider):
         snap = await self.snapshot(uuid)
         host = str(snap.get("proxy_host") or "").strip()
         port = snap.get("ssh_port")
-        if not host or not isinstance(port, int | str) or not str(port).isdigit():
+        if not host or not _port(port):
+            # (a stopped instance's snapshot says port 0: no endpoint, not a crash)
             m = re.search(r"-p\s+(\d+)\s+\S+@(\S+)", str(snap.get("ssh_command") or ""))
-            if not m:
+            if not m or not _port(m.group(1)):
                 raise AutoDLError(Deferred(
                     N_("autodl: {name}: the snapshot has no SSH endpoint yet"), name=inst.name))
             port, host = m.group(1), m.group(2)
@@ -823,7 +824,7 @@ class AutoDLProvider(KeyedHttpClient, Provider):
             raise AutoDLError(Deferred(
                 N_("autodl: {name}: the snapshot's host is not a host name"), name=inst.name))
         password = str(snap.get("root_password") or "")
-        return SSHEndpoint(host=host, port=int(port), user=SSH_USER), password
+        return SSHEndpoint(host=host, port=int(str(port)), user=SSH_USER), password
 
     async def link_target(self, inst: Instance) -> tuple[SSHEndpoint, dict[str, Any]]:
         """Where to connect and how, read from the snapshot on every connection. The password
@@ -946,6 +947,14 @@ class AutoDLProvider(KeyedHttpClient, Provider):
 
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
         return False  # no scheduled-shutdown endpoint: layers 1 (start_command/SSH) and 3
+
+
+def _port(value: Any) -> bool:
+    """A TCP port a connection can be made to (1-65535), as a number or its digits."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return False
+    text = str(value).strip()
+    return text.isdigit() and 1 <= int(text) <= 65535
 
 
 async def _ssh_banner(host: str, port: int, timeout: float) -> tuple[bool, str]:

@@ -11,7 +11,7 @@ import shlex
 from datetime import datetime
 
 from gputui.i18n import N_, Deferred, _
-from gputui.models import Instance, Lease, LeaseState, as_utc, utcnow
+from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
 from gputui.services.hub import ServiceError, Services
 
 WATCHDOG_FILE = ".gputui-idle-watchdog.sh"
@@ -102,7 +102,11 @@ class LeaseArmer:
         provider = self.services.provider(inst.provider)
         on_instance = False
         problems: list[Deferred] = []
-        if provider.capabilities.power_off_stops_billing:
+        fresh = await self.store.get_instance(inst.id) or inst
+        # a stopped instance has nothing running to schedule a power-off on: its timer is set
+        # when it starts (AutoDL's boot command; `start` arms the lease again)
+        if provider.capabilities.power_off_stops_billing and \
+                fresh.status != InstanceStatus.STOPPED:
             try:  # the provider makes the instance reachable first (its endpoint may be new)
                 on_instance = await self._arm_on_instance(
                     inst, lease, keep_watchdog=verify,

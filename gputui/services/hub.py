@@ -145,6 +145,13 @@ def default_lease(config: object, instance_id: str = "pending") -> Lease:
                  release_at=utcnow() + lease_span(text, "config.toml lease.default_release"))
 
 
+CREATE_CLAIM_S = 24 * 3600.0  # a create's claim: lapses when its process is gone, or after this
+
+
+def _create_claim(instance_id: str) -> str:
+    return f"create:{instance_id}"
+
+
 def new_instance_id() -> str:
     return uuid.uuid4().hex[:10]
 
@@ -300,9 +307,21 @@ class Services:
         )
         if lease is None:  # every instance gets a timer: the default one unless told otherwise
             lease = default_lease(self.config)
-        await self.store.put_instance(inst)
-        await self.store.put_lease(lease.model_copy(update={"instance_id": inst.id}))
-        say("requested")
+        # While this process creates it, it holds the record's create claim: a record still
+        # requested or booting without one was left mid-create (Ctrl-C, a crash, the console
+        # closed) and is asked of its provider at the next look (`left_mid_create`).
+        key = _create_claim(inst.id)
+        await self.store.claim_release(key, self.claim_owner, ttl_s=CREATE_CLAIM_S)
+        try:
+            await self.store.put_instance(inst)
+            await self.store.put_lease(lease.model_copy(update={"instance_id": inst.id}))
+            say("requested")
+            return await self._create(provider, request, inst, say)
+        finally:
+            await self.store.drop_claim(key, self.claim_owner)
+
+    async def _create(self, provider: Provider, request: CreateRequest, inst: Instance,
+                      say: Progress) -> Instance:
         try:
             inst = await provider.create(request, inst)
         except ProviderError as exc:
@@ -323,6 +342,16 @@ class Services:
         await self.store.put_instance(inst)
         say("running")
         return inst
+
+    def creating(self, inst: Instance) -> bool:
+        """A gputui process is creating this instance now (it holds the create claim)."""
+        return self.store.claim_held_sync(_create_claim(inst.id))
+
+    def left_mid_create(self, inst: Instance) -> bool:
+        """A record a create left behind: still requested or booting, and no process is
+        creating it. The instance may be running and billing at the provider: ask it."""
+        return inst.status in (InstanceStatus.REQUESTED, InstanceStatus.BOOTING) and \
+            not self.creating(inst)
 
     def free_name(self, base: str) -> str:
         """`base`, or `base-2`, `base-3`... — the first name no live instance uses."""
@@ -404,7 +433,14 @@ class Services:
     # -- the link to an instance --------------------------------------------------------------------
 
     async def link(self, inst: Instance, *, accept_new_host_key: bool = False) -> Any:
-        """The instance's one shared SSH link (its provider makes it reachable first)."""
+        """The instance's one shared SSH link (its provider makes it reachable first).
+
+        Every command and screen that reaches an instance comes here, so this is where one
+        that cannot be reached is refused, before anything is asked or changed: a stopped
+        instance (bad input, exit 2: start it first), or one that has ended. A record that is
+        behind (powered off on the instance, or at the provider's site) is refreshed when the
+        provider cannot give an endpoint, and refused the same way if it is stopped."""
+        await self.reachable(inst)
         provider = self.provider(inst.provider)
         try:
             prepared = await provider.prepare(inst)
@@ -412,6 +448,12 @@ class Services:
             # every connection); only the endpoint is recorded, the rest stays in the link.
             endpoint, target_options = await provider.link_target(prepared)
         except ProviderError as exc:
+            try:  # stopped meanwhile (a power-off on the instance, the provider's site)?
+                fresh = await self.refresh(await self.store.get_instance(inst.id) or inst)
+            except ServiceError:
+                fresh = None
+            if fresh is not None:
+                await self.reachable(fresh)  # says so if it is
             raise ServiceError(str(exc)) from None
         if endpoint != inst.ssh:
             inst = await self.store.update_instance(
@@ -423,6 +465,22 @@ class Services:
         if accept_new_host_key:
             options["accept_new_host_key"] = True
         return self.links.get(inst.id, inst.ssh, **options)
+
+    async def reachable(self, inst: Instance) -> Instance:
+        """The instance as last recorded, if an SSH link can be made to it (its record says
+        it is not stopped or ended); else one line (InvalidRequest: exit 2) saying why and
+        what to do."""
+        fresh = await self.store.get_instance(inst.id) or inst
+        if fresh.status == InstanceStatus.STOPPED:
+            if self.capabilities(fresh.provider).stop_start:
+                raise InvalidRequest(_("{name} is stopped: `gputui start {name}` first").format(
+                    name=fresh.name))
+            raise InvalidRequest(_("{name} is stopped (powered off): power it on first").format(
+                name=fresh.name))
+        if not fresh.status.live:
+            raise InvalidRequest(_("{name} is {status}").format(
+                name=fresh.name, status=status_text(fresh.status)))
+        return fresh
 
     async def run(self, inst: Instance, command: str, *, timeout: float = 60.0) -> Any:
         from gputui.remote.ssh import SSHLayerError

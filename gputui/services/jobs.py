@@ -329,10 +329,10 @@ class JobService:
 
     # -- the runner ------------------------------------------------------------------------
     async def _link(self, inst: Instance) -> Any:
-        if not inst.status.live or inst.status == InstanceStatus.STOPPED:
+        if not inst.status.live:
             raise JobError(_("{name} is {status}: its queue cannot be reached").format(
                 name=inst.name, status=status_text(inst.status)))
-        return await self.services.link(inst)
+        return await self.services.link(inst)  # a stopped one: "start it first", exit 2
 
     async def _runner(self, inst: Instance, args: str, *, input: str | None = None,
                       timeout: float = 60.0) -> Any:

@@ -42,6 +42,7 @@ WARN_MINUTES = (10, 1)
 
 SWEEP_EVERY_S = 300.0  # the console looks for strays this often; `gputui reap` every run
 WALLET_EVERY_S = 600.0  # with notifications on: each provider's wallet is read this often
+SETTLE_EVERY_S = 5.0  # a record left mid-create is asked of its provider this often
 
 
 @dataclass
@@ -69,6 +70,7 @@ class LeaseService(LeaseArmer):
         self._release_retry_at: dict[str, float] = {}  # a failed release: when to try again
         self._release_gap: dict[str, float] = {}
         self._wallets_read: float | None = None  # when the wallets were last read (runway)
+        self._settle_at: dict[str, float] = {}  # a record left mid-create: next look
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -106,11 +108,17 @@ class LeaseService(LeaseArmer):
             return lease.model_copy(update={"release_at": new_at, "no_timer_confirmed": False,
                                             "warned": [], "state": LeaseState.ACTIVE})
 
+        before = await self.store.get_lease(inst.id)  # every check is in `change`, first
         try:
             await self.store.update_lease(inst.id, change)
         except KeyError:
             await self.store.put_lease(change(Lease(instance_id=inst.id)))
-        return await self.arm(inst) or await self._lease(inst.id)
+        try:
+            return await self.arm(inst) or await self._lease(inst.id)
+        except Exception:  # an extend that fails changes nothing: a retry does not extend twice
+            if before is not None:
+                await self.store.put_lease(before)
+            raise
 
     async def remove_timer(self, inst: Instance) -> Lease:
         """No timer (the caller has the user's explicit confirmation)."""
@@ -132,7 +140,7 @@ class LeaseService(LeaseArmer):
         result = ReapResult([], [], [])
         leases = {le.instance_id: le for le in await self.store.leases()}
         for inst in await self.store.instances(live_only=True):
-            if refresh:
+            if refresh or self._left_mid_create(inst):
                 try:
                     inst = await self.services.refresh(inst)
                 except ServiceError as exc:
@@ -198,6 +206,18 @@ class LeaseService(LeaseArmer):
             self._swept = time.monotonic()
             result.released += await self.services.sweep_strays()
         return result
+
+    def _left_mid_create(self, inst: Instance) -> bool:
+        """A record a create left behind (Ctrl-C, a crash, a console closed mid-create): asked
+        of its provider at once, then every few seconds until it settles — it may be running
+        and billing. Once running, the tick arms its timer's layers (they are missing)."""
+        if not self.services.left_mid_create(inst):
+            return False
+        now = time.monotonic()
+        if now < self._settle_at.get(inst.id, 0.0):
+            return False
+        self._settle_at[inst.id] = now + SETTLE_EVERY_S
+        return True
 
     async def _jobs_done(self, inst: Instance) -> str | None:
         """What a jobs queue's when-done policy did ("released", "kept"...), if anything."""

@@ -282,33 +282,48 @@ class HomeScreen(BaseScreen):
 
     def action_release(self) -> None:
         inst = self._selected_or_say()
-        if inst is None:
-            return
-        from gputui.ui.dialogs import ConfirmScreen
-
-        cost = format_money(inst.accrued(self.gapp.now()), inst.billing.currency)
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.release(inst)
-
-        self.app.push_screen(
-            ConfirmScreen(_("Release [b]{name}[/b] ({count}× {gpu}) now?\n\nIt has cost {cost} so "
-                            "far. Its disk and running processes are gone for good.").format(
-                              name=escape(inst.name), count=inst.gpu_count, gpu=escape(inst.gpu),
-                              cost=cost),
-                          _("Release"), _("Keep it")),
-            answered)
+        if inst is not None:
+            self.ask_release(inst)
 
     @work(group="lease", exit_on_error=False)
-    async def release(self, inst: Instance) -> None:
+    async def ask_release(self, inst: Instance) -> None:
+        """Say what the release would end (running runs, results not home), then ask."""
+        from gputui.services.at_release import at_stake
+        from gputui.ui.dialogs import ConfirmScreen
+
+        stake = await at_stake(self.gapp.services, inst, timeout=5.0)
+        cost = format_money(inst.accrued(self.gapp.now()), inst.billing.currency)
+        question = _("Release [b]{name}[/b] ({count}× {gpu}) now?\n\nIt has cost {cost} so "
+                     "far. Its disk and running processes are gone for good.").format(
+            name=escape(inst.name), count=inst.gpu_count, gpu=escape(inst.gpu), cost=cost)
+        if not stake.empty:
+            question += "\n\n[b]⚠ " + _("{what}: the release ends them (a run it kills is "
+                                          "recorded as cancelled).").format(
+                what=escape(stake.describe())) + "[/b]"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.release(inst, stake)
+
+        self.app.push_screen(ConfirmScreen(question, _("Release"), _("Keep it")), answered)
+
+    @work(group="lease", exit_on_error=False)
+    async def release(self, inst: Instance, stake: object = None) -> None:
+        from gputui.services import at_release
+
         try:
-            entry = await self.gapp.services.release(inst, "manual")
+            entry, cancelled = await at_release.release(
+                self.gapp.services, inst,
+                stake if isinstance(stake, at_release.AtStake) else None, recheck=True)
         except Exception as exc:
             self.notify(f"{inst.name}: {shown(exc)}", severity="error")
             return
         if entry is not None:
             self.notify(_("{name} released: {total} in all").format(
-                name=inst.name, total=format_money(entry.total, entry.currency)))
+                name=inst.name, total=format_money(entry.total, entry.currency))
+                + "".join("\n" + _("run {run}: cancelled by the release, {cost}").format(
+                    run=at_release.run_label(job), cost=format_money(job.cost or 0, job.currency))
+                    for job in cancelled))
 
     def action_stop(self) -> None:
         inst = self._selected_or_say()

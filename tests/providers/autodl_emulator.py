@@ -14,7 +14,8 @@
 - every power cycle moves the instance: a new SSH port and a new root password (an asyncssh
   server with password auth on 127.0.0.1, built on gputui's sandbox instance server); a
   non-login shell has no conda on PATH, a login shell (`bash -lc`) does; `start_command` runs at
-  each boot, and a `shutdown -h` on the instance powers it off (billing stops);
+  each boot, and a `shutdown -h` on the instance powers it off (billing stops); powered off,
+  the snapshot's `ssh_port` is 0 (a stopped instance has no endpoint);
 - a wallet that runs down with use (per second of `running`, at the spec's `payg_price`);
 - injection: `fail()` (any status, before or after the action is done), `delay()` (an answer that
   comes too late, after the action), `refuse()` (an envelope failure), sold-out specs,
@@ -548,12 +549,14 @@ class AutoDLEmulator:
 
     def _snapshot(self, inst: EmuInstance, t: float) -> dict[str, Any]:
         c = inst.cycles[-1]
+        # powered off, the box has no port: the snapshot says 0 (as AutoDL's does)
+        port = 0 if self._status(inst, t) in ("shutting_down", "shutdown") else c.port
         return {
             "region_sign": "westDC3", "payg_price": inst.price_milli,
             "origin_pay_price": int(inst.price_milli * 1.1),
             "snapshot_gpu_alias_name": self.specs[inst.spec][1], "chip_corp": "nvidia",
-            "cpu_arch": "x86", "ssh_command": f"ssh -p {c.port} root@127.0.0.1",
-            "proxy_host": "127.0.0.1", "ssh_port": c.port, "root_password": c.password,
+            "cpu_arch": "x86", "ssh_command": f"ssh -p {port} root@127.0.0.1",
+            "proxy_host": "127.0.0.1", "ssh_port": port, "root_password": c.password,
             "jupyter_token": secrets.token_hex(8), "jupyter_domain": "",
             "system_init_disk_size": 30 * 1024**3,
             "expand_system_disk_size": inst.expand_gb * 1024**3,

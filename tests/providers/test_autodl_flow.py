@@ -308,3 +308,51 @@ async def test_a_written_off_create_that_appears_later_is_released(services: Ser
     assert entry.currency == "CNY" and entry.running_seconds > 0
     assert entry.compute_cost >= emu.charged(uuid) - Decimal("0.01")  # at its live price
     assert entry.compute_cost > 0
+
+
+async def test_the_lease_clock_settles_a_create_left_midway(gputui_home: Path, tmp_path: Path):
+    """A create cut off while AutoDL boots it (Ctrl-C, a console closed) leaves a `booting`
+    record while the instance runs and bills. The next tick of the lease clock — not the 30 s
+    provider round — asks AutoDL, records it running at its rate, and arms its timer. A create
+    still in progress in this process is its own creator's to record, and is left alone."""
+    async with AutoDLEmulator(ssh_root=tmp_path / "slow-boxes", creating_s=1.5, starting_s=0.2,
+                              ssh_delay=0.2, shutting_s=0.2) as emu:
+        svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home)
+        attach(svc, emu)
+        try:
+            creating = asyncio.create_task(rent(svc, name="cut"))
+            await until(lambda: _async(bool(emu.instances)), "the create request")
+            [inst] = svc.store.instances_sync()
+            await until(lambda: _async(svc.store.get_instance_sync(inst.id).provider_id
+                                       is not None), "AutoDL's answer")
+            assert not svc.left_mid_create(svc.store.get_instance_sync(inst.id))  # its creator's
+            creating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await creating
+            left = svc.store.get_instance_sync(inst.id)
+            assert left.status == InstanceStatus.BOOTING and svc.left_mid_create(left)
+            await until(lambda: _async(emu.status_of(left.provider_id) == "running"),
+                        "AutoDL to run it")
+            port = emu.instances[left.provider_id].cycles[-1].port
+            await until(lambda: _accepts(port), "sshd on the instance")  # (arming needs it)
+            await LeaseService(svc).tick()  # refresh=False: an ordinary one-second tick
+            now = svc.store.get_instance_sync(inst.id)
+            assert now.status == InstanceStatus.RUNNING and now.running_since is not None
+            assert instance_view(now, None)["price_per_hour"] == 1.88
+            lease = svc.store.get_lease_sync(inst.id)
+            assert lease.armed_for == lease.release_at and lease.on_instance_armed
+        finally:
+            await svc.close()
+
+
+async def _async(value: object) -> object:
+    return value
+
+
+async def _accepts(port: int) -> bool:
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    return True

@@ -87,7 +87,7 @@ async def test_create_shows_cost_then_rents_with_a_timer(gputui_home: Path):
         await pilot.pause()
         assert app.store.get_instance_sync(inst.id).status == InstanceStatus.RUNNING
         await pilot.press("r")
-        await pilot.pause()
+        await shown(pilot, ConfirmScreen)  # (after its queue is read)
         await pilot.press("y")
         await app.workers.wait_for_complete()
         await pilot.pause()
