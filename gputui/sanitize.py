@@ -66,6 +66,53 @@ def sanitize(value: object, limit: int = MAX_TEXT_CHARS) -> str:
 
 clean = sanitize
 
+# what moves the cursor within a line or erases it, as a terminal reads it: a carriage return,
+# a backspace, "erase in line" (ESC [ K, 0K, 1K, 2K); any other escape sequence takes no room
+_LINE_EDIT_RE = re.compile(r"\r|\x08|\x1b\[([0-?]*)[ -/]*([@-~])")
+
+
+def terminal_line(value: object, limit: int = MAX_TEXT_CHARS) -> str:
+    """One line of a program's output as a terminal leaves it, then sanitised: a progress bar's
+    carriage returns overwrite from the start of the line (`ABC\rred` -> `red`,
+    `ABCDEF\rred` -> `redDEF`), backspaces step back, erase-in-line sequences erase. One
+    character takes one column here (a wide character overwritten by halves is not drawn)."""
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+    if "\r" not in text and "\x08" not in text and "\x1b[" not in text:
+        return sanitize(text, limit)
+    cells: list[str] = []
+    col = 0
+    pos = 0
+
+    def put(run: str) -> None:
+        nonlocal col
+        run = _ESCAPE_RE.sub("", run)  # an OSC (a window title...) takes no room either
+        if col > len(cells):
+            cells.extend(" " * (col - len(cells)))
+        cells[col:col + len(run)] = run
+        col += len(run)
+
+    for m in _LINE_EDIT_RE.finditer(text):
+        if m.start() > pos:
+            put(text[pos:m.start()])
+        pos = m.end()
+        token = m.group(0)
+        if token == "\r":
+            col = 0
+        elif token == "\x08":
+            col = max(0, col - 1)
+        elif m.group(2) == "K":  # erase in line: to the end (0), to the cursor (1), all (2)
+            how = m.group(1) or "0"
+            if how == "0":
+                del cells[col:]
+            elif how == "1":
+                cells[:col + 1] = " " * min(col + 1, len(cells))
+            elif how == "2":
+                cells[:] = " " * len(cells)
+        # any other sequence (colours...) takes no room
+    if pos < len(text):
+        put(text[pos:])
+    return sanitize("".join(cells), limit)
+
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 

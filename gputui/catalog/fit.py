@@ -561,11 +561,14 @@ def cards_that_fit(
         count = next((c for c in counts if estimate.bytes_per_gpu(c) <= usable), None)
         fits = count is not None
         shown = count if count is not None else counts[-1]
-        # an on-demand price first, as the catalog's table: spot only where nothing else is
-        # (its tier says so in the "cheapest at" column)
+        # what a renter pays for the GPUs the job needs, as the catalog's table: an instance of
+        # exactly that many on demand first; an instance sold only bigger (it bills all its GPUs)
+        # only where none is; spot only where nothing else is (its tier says so)
         q = (
-            cheapest_quote(spec.key, count, rows, currency, include_spot=False)
-            or (cheapest_quote(spec.key, count, rows, currency) if include_spot else None)
+            cheapest_quote(spec.key, count, rows, currency, include_spot=False,
+                           exact_first=True)
+            or (cheapest_quote(spec.key, count, rows, currency, exact_first=True)
+                if include_spot else None)
             if count is not None
             else None
         )

@@ -94,6 +94,7 @@ class JobCost(BaseModel):
             "gpu": self.row.gpu,
             "count": self.count,
             "billed_gpus": self.billed_gpus,
+            "gpu_counts": list(self.row.gpu_counts),  # the instance sizes the row is sold in
             "hours": str(self.hours),
             "billed_hours": str(self.billed_hours),
             "price_per_hour": str(self.price_per_hour),

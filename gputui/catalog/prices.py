@@ -304,6 +304,16 @@ class Quote(BaseModel):
     per_hour: Decimal  # the instance, per hour
     note: SkipValidation[str | None] = None  # English (JSON); a Deferred: shown()
 
+    @property
+    def as_shown(self) -> bool:
+        """Rented as it reads: on demand (not spot), billing just the GPUs wanted, from a row
+        whose label does not say "N× only" of another size."""
+        return (
+            self.billed_gpus == self.count
+            and not self.row.is_spot
+            and (self.count in self.row.gpu_counts or 1 in self.row.gpu_counts)
+        )
+
 
 def quote(row: PriceRow, count: int) -> Quote:
     """The cost of `count` GPUs in one instance from `row`.
@@ -352,12 +362,17 @@ def cheapest_quote(
     rows: Iterable[PriceRow],
     currency: str = "USD",
     include_spot: bool = True,
+    exact_first: bool = False,
 ) -> Quote | None:
-    """The cheapest way to get `count` GPUs of `card` in one instance, or None if unpriced."""
+    """The cheapest way to get `count` GPUs of `card` in one instance, or None if unpriced.
+
+    `exact_first`: the cheapest instance billing exactly `count` GPUs, and only where none
+    exists one sold bigger (it bills more GPUs than wanted: its note says so)."""
     quotes = [quote(r, count) for r in _priced(rows_for(card, rows, currency), include_spot)]
     if not quotes:
         return None
-    return min(quotes, key=lambda q: (q.per_hour, q.billed_gpus, q.row.provider, q.row.tier))
+    return min(quotes, key=lambda q: (exact_first and q.billed_gpus != count, q.per_hour,
+                                      q.billed_gpus, q.row.provider, q.row.tier))
 
 
 def lowest_price(

@@ -35,7 +35,7 @@ from gputui.services.catalog import (
 
 FIT_HEADERS = ("GPU", N_("GPUs"), "$/h", N_("cheapest at"), N_("as of"), "GiB/GPU", N_("link"),
                N_("notes"))
-COST_HEADERS = (N_("provider"), N_("tier"), N_("package"), N_("billed by"), N_("cost"),
+COST_HEADERS = (N_("provider"), N_("tier"), N_("sold as"), N_("package"), N_("billed by"), N_("cost"),
                 N_("billed h"), "$/h", N_("if /second"), N_("if /minute"), N_("if /hour"),
                 N_("as of"), N_("notes"))
 
@@ -150,6 +150,9 @@ def fit_command(
             [True, False, False, True, True, False, True, True],
             out,
         )
+        cheapest = answer.cheapest_text(where=True)
+        if cheapest:
+            print(_("\nCheapest to rent for this job: {what}").format(what=cheapest), file=out)
     misses = [short_gpu(o.name) for o in answer.options if not o.fits]
     if misses:
         print(_("\nDoes not fit on 8 GPUs: {names}").format(names=", ".join(misses)), file=out)
@@ -182,7 +185,7 @@ def cost_command(
     _print_table(
         [_(h) for h in COST_HEADERS],
         [[str(shown(cell)) for cell in cost_cells(c)] for c in answer.costs],
-        [True, True, True, True] + [False] * 6 + [True, True],
+        [True, True, False, True, True] + [False] * 6 + [True, True],
         out,
     )
     for b in answer.break_evens:

@@ -554,8 +554,40 @@ class FitAnswer:
     def fitting(self) -> list[FitOption]:
         return [o for o in self.options if o.fits]
 
+    @property
+    def cheapest(self) -> FitOption | None:
+        """The cheapest fitting card a renter can take as its row reads: the GPUs the job needs,
+        on demand, billing no more GPUs than that. Only where no card rents so, the cheapest
+        priced one (`cheapest_text` names its catch)."""
+        priced = [o for o in self.fitting if o.quote is not None]
+        return next((o for o in priced if o.quote and o.quote.as_shown), None) or next(
+            iter(priced), None)
+
+    def cheapest_text(self, where: bool = False) -> str:
+        """'1× RTX 6000 Ada at $0.37/h' (`where`: '… (vast marketplace)'), with the catch where
+        it is not rented as it reads ('…; sold as 8-GPU instances: pays for 8'); '' when nothing
+        fitting is priced. In the interface language."""
+        o = self.cheapest
+        if o is None or o.quote is None:
+            return ""
+        q = o.quote
+        text = _("{count}× {gpu} at {price}/h").format(
+            count=o.count, gpu=short_gpu(o.name), price=_money(o.hourly, currency=q.row.currency))
+        if where:
+            text = f"{text} ({shown(q.row.label)})"
+        if q.as_shown:
+            return text
+        catch = shown(q.note) if q.note else _("spot: can be taken away")
+        return _("{text}; {catch}").format(text=text, catch=catch)
+
     def as_dict(self) -> dict[str, Any]:
         d = self.estimate.as_dict()
+        cheapest = self.cheapest
+        d["cheapest"] = None if cheapest is None else {
+            **cheapest.as_dict(),
+            "as_shown": bool(cheapest.quote and cheapest.quote.as_shown),
+            "billed_gpus": cheapest.quote.billed_gpus if cheapest.quote else None,
+        }
         d["fits"] = [o.as_dict() for o in self.fitting]
         d["does_not_fit"] = [o.as_dict() for o in self.options if not o.fits]
         d["prices"] = PRICE_NOTE
@@ -679,6 +711,12 @@ def billing_label(granularity: str, minimum_seconds: int = 0) -> str:
     return Deferred(N_("{per}, {seconds}s min"), per=per, seconds=minimum_seconds)
 
 
+def sold_as(row: PriceRow) -> str:
+    """The instance sizes a row is sold in, '1×', '8×', '1/2/4/8×': what tells apart one
+    provider's rows of a card (its 1×, 2× and 8× listings)."""
+    return "/".join(str(n) for n in row.gpu_counts) + "×"
+
+
 def cost_cells(c: JobCost) -> list[str]:
     from gputui.format import format_money
     from gputui.models import Granularity
@@ -687,6 +725,7 @@ def cost_cells(c: JobCost) -> list[str]:
     return [
         c.row.provider,
         c.row.tier,
+        sold_as(c.row),
         c.row.package,
         billing_label(c.row.granularity.value, c.row.minimum_seconds),
         format_money(c.cost, cur),

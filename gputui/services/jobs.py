@@ -486,7 +486,11 @@ class JobService:
                                                                      job_id=job_id))
             raise JobError(_("{name}: cannot read the log of job {job_id}: {error}").format(
                 name=inst.name, job_id=job_id, error=_last(result)))
-        return [clean_line(line) for line in result.stdout.splitlines()]
+        # lines end at \n only: a progress bar's \r is drawn over within its line (clean_line)
+        got = result.stdout.split("\n")
+        if got[-1] == "":
+            got.pop()
+        return [clean_line(line) for line in got]
 
     async def follow(self, inst: Instance, job_id: str, on_line: Callable[[str], None]) -> None:
         """Every line of the run's log until the run ends; a dropped link is waited out and the
@@ -810,13 +814,11 @@ def when_done_label(services: Services, instance_id: str, *, short: bool = False
 
 # -- helpers ----------------------------------------------------------------------------------
 def clean_line(line: str) -> str:
-    """A log line fit for a terminal: the last carriage-return segment, no escapes."""
-    from gputui.nvidia.nvsmi import sanitize
+    """A log line fit for a terminal: as a terminal leaves it (a progress bar's carriage
+    returns drawn over: `ABCDEF\rred` -> `redDEF`), no escapes."""
+    from gputui.sanitize import terminal_line
 
-    if "\r" in line:
-        parts = [p for p in line.split("\r") if p.strip()]
-        line = parts[-1] if parts else ""
-    return sanitize(line, limit=4000)
+    return terminal_line(line, limit=4000)
 
 
 def _job_id(text: str) -> str:

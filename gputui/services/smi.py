@@ -266,6 +266,76 @@ def _shown(message: str) -> str:
     return message.translated() if isinstance(message, D) else _(message)
 
 
+@dataclass(frozen=True)
+class OwnProcess:
+    """A GPU process gputui started or manages, which holds memory on purpose: the Ollama
+    server with the models it loaded, or a queue run the jobs runner started and that is still
+    running. Never a leftover."""
+
+    kind: str  # "ollama" | "job"
+    job_id: str = ""
+    job_name: str = ""
+
+    def label(self) -> D:
+        if self.kind == "job":
+            if self.job_name:
+                return D(N_("gputui queue run {id}: {name}, running"), id=self.job_id,
+                         name=self.job_name)
+            return D(N_("gputui queue run {id}, running"), id=self.job_id)
+        return D(N_("gputui's Ollama, holding the models it loaded"))
+
+
+def own_process(pid: int, environ: Mapping[str, str], cmdline: str,
+                job_status: str | None) -> OwnProcess | None:
+    """What gputui knows `pid` to be, from its environment and command line: a run of the
+    queue (the runner puts GPUTUI_JOB_ID in each run's environment) while that run is running
+    — a process that outlived its run is a leftover —, or Ollama."""
+    job = (environ.get("GPUTUI_JOB_ID") or "").strip()
+    if job:
+        if job_status != "running":
+            return None
+        return OwnProcess("job", sanitize(job, 20), sanitize(environ.get("GPUTUI_JOB_NAME")
+                                                             or "", 40))
+    if "ollama" in cmdline.lower():
+        return OwnProcess("ollama")
+    return None
+
+
+_STATUS = re.compile(r'"status":\s*"([a-z]+)"')
+
+
+def _job_status(state_json: str) -> str | None:
+    m = _STATUS.search(state_json)
+    return m.group(1) if m else None
+
+
+def _local_own(pids: list[int], root: Path) -> dict[int, OwnProcess]:
+    """`own_process` for this machine's GPU processes, from /proc (unreadable ones: unknown)."""
+    out: dict[int, OwnProcess] = {}
+    for pid in pids:
+        proc = root / "proc" / str(pid)
+        try:
+            raw_env = (proc / "environ").read_bytes()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                "utf-8", "replace")
+        except OSError:
+            continue
+        environ = dict(kv.partition("=")[::2] for kv in raw_env.decode(
+            "utf-8", "replace").split("\0") if "=" in kv)
+        status = None
+        job_dir = environ.get("GPUTUI_JOB_DIR")
+        if environ.get("GPUTUI_JOB_ID") and job_dir:
+            try:
+                status = _job_status((Path(job_dir) / "state.json").read_text(
+                    encoding="utf-8", errors="replace"))
+            except OSError:
+                status = None
+        own = own_process(pid, environ, cmdline, status)
+        if own is not None:
+            out[pid] = own
+    return out
+
+
 @dataclass
 class Facts:
     """What the checks look at, gathered locally or over SSH."""
@@ -287,6 +357,7 @@ class Facts:
     container: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
     torch: dict[str, Any] | None = None  # the probe's answer; None: could not run it
+    own: dict[int, OwnProcess] = field(default_factory=dict)  # GPU processes that are gputui's
 
 
 TORCH_PROBE = r"""
@@ -375,6 +446,7 @@ def local_facts(
             if not facts.samples:
                 facts.samples = samples
                 facts.processes = assign_gpu_indices(procs, samples)
+    facts.own = _local_own(sorted({p.pid for p in facts.processes if p.pid > 0}), root)
     facts.env = {k: env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")}
     # the signs of a container, by their names (the remote script prints the same words)
     for sign, path in (_DOCKERENV, root / ".dockerenv"), (_CONTAINERENV,
@@ -421,6 +493,19 @@ def _remote_script() -> str:
         "[ -e /run/.containerenv ] && echo containerenv",
         "grep -qsE 'docker|kubepods|containerd|libpod|lxc' /proc/1/cgroup && echo cgroup",
         f"echo '{m}dev'; ls /dev 2>/dev/null | grep '^nvidia'",
+        # each GPU process: the queue run it belongs to (the runner's GPUTUI_JOB_* in its
+        # environment, and that run's status), and its command line (Ollama's own)
+        f"echo '{m}own'",
+        "for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do "
+        "case \"$p\" in ''|*[!0-9]*) continue ;; esac; "
+        "e=$(tr '\\0\\t' '\\n ' < /proc/$p/environ 2>/dev/null); "
+        "j=$(printf '%s\\n' \"$e\" | sed -n 's/^GPUTUI_JOB_ID=//p' | head -n 1); "
+        "n=$(printf '%s\\n' \"$e\" | sed -n 's/^GPUTUI_JOB_NAME=//p' | head -n 1); "
+        "d=$(printf '%s\\n' \"$e\" | sed -n 's/^GPUTUI_JOB_DIR=//p' | head -n 1); "
+        "s=; [ -n \"$j\" ] && [ -r \"$d/state.json\" ] && "
+        "s=$(sed -n 's/.*\"status\": *\"\\([a-z]*\\)\".*/\\1/p' \"$d/state.json\" | head -n 1); "
+        "c=$(tr '\\0\\t' '  ' < /proc/$p/cmdline 2>/dev/null | cut -c1-200); "
+        "printf '%s\\t%s\\t%s\\t%s\\t%s\\n' \"$p\" \"$j\" \"$n\" \"$s\" \"$c\"; done",
         f"echo '{m}torch'",
         "for py in python3 python; do if command -v $py >/dev/null 2>&1; then "
         f"$py -c {probe} 2>&1 | tail -n 5; break; fi; done",
@@ -464,6 +549,14 @@ def parse_remote(where: str, stdout: str) -> Facts:
             facts.env[key] = None if value == "<unset>" else sanitize(value, 200)
     facts.container = [sanitize(x, 40) for x in sections.get("container", []) if x.strip()]
     facts.devices = [sanitize(x, 40) for x in sections.get("dev", []) if x.strip()]
+    for line in sections.get("own", []):
+        pid, job, name, status, cmdline = (line.split("\t", 4) + [""] * 5)[:5]
+        if not pid.isdigit():
+            continue
+        own = own_process(int(pid), {"GPUTUI_JOB_ID": job, "GPUTUI_JOB_NAME": name}, cmdline,
+                          status or None)
+        if own is not None:
+            facts.own[int(pid)] = own
     torch_lines = "\n".join(sections.get("torch", []))
     facts.torch = _parse_probe(torch_lines) if torch_lines.strip() else {"installed": False,
                                                                           "no_python": True}
@@ -635,16 +728,34 @@ def _torch_check(facts: Facts) -> Check:
                       "container pass the GPUs in with --gpus all")))
 
 
+def _own(p: ProcessSample, facts: Facts) -> OwnProcess | None:
+    """gputui's own process, by what the machine said of it, else by its name (Ollama's
+    server and runners are named ollama: a /proc that could not be read still says that)."""
+    return facts.own.get(p.pid) or own_process(p.pid, {}, p.name or "", None)
+
+
 def _leftover_check(facts: Facts) -> Check:
     util = {s.index: s.utilization_gpu for s in facts.samples}
-    leftovers = [
+    idle = [
         p for p in facts.processes
         if (p.used_memory_mib or 0) >= 256 and p.gpu_index is not None
         and util.get(p.gpu_index) is not None and (util.get(p.gpu_index) or 0) <= 1
     ]
+    # what gputui started or manages holds memory on purpose: named as such, never a leftover
+    own = [(p, o) for p in idle if (o := _own(p, facts)) is not None]
+    leftovers = [p for p in idle if _own(p, facts) is None]
     if not facts.samples:
         return Check("leftover processes", "ok", D(N_("no GPU readings to check")))
+    # each one's label shows in the interface language (JSON keeps the English)
+    mine = D("; ".join(f"{{p{i}}}" for i in range(len(own[:5]))), **{
+        f"p{i}": D(N_("PID {pid} ({what}) {mib} MiB on GPU {gpu}"), pid=p.pid, what=o.label(),
+                   mib=f"{p.used_memory_mib or 0:.0f}", gpu=p.gpu_index)
+        for i, (p, o) in enumerate(own[:5])})
     if not leftovers:
+        if own:
+            return Check("leftover processes", "ok",
+                         D(N_("no leftover process: the memory on idle GPUs is gputui's own — "
+                              "{processes}"), processes=mine))
         n = len(facts.processes)
         return Check("leftover processes", "ok",
                      D(N_("no idle process holds GPU memory ({n} GPU process)") if n == 1 else
@@ -655,8 +766,11 @@ def _leftover_check(facts: Facts) -> Check:
     pids = " ".join(str(p.pid) for p in leftovers[:5])
     how = (f"gputui ssh {shlex.quote(facts.where)} -- kill {pids}" if facts.remote
            else f"kill {pids}")
-    return Check("leftover processes", "warn",
-                 D(N_("memory held on idle GPUs: {processes} — finished or hung jobs?"),
-                   processes=desc),
+    message = D(N_("memory held on idle GPUs: {processes} — finished or hung jobs?"),
+                processes=desc)
+    if own:
+        message = D(N_("{message} (not leftovers, gputui's own: {processes})"), message=message,
+                    processes=mine)
+    return Check("leftover processes", "warn", message,
                  D(N_("if they are leftovers, kill them: `{command}` (or k in the Monitor)"),
                    command=how))

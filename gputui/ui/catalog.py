@@ -42,7 +42,7 @@ from gputui.catalog import (
 )
 from gputui.catalog.fit import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB
 from gputui.format import short_gpu
-from gputui.i18n import N_, _, pad_cells, shown
+from gputui.i18n import N_, _, pad_cells, shown, truncate_cells
 from gputui.services import catalog as svc
 from gputui.ui.base import BaseScreen
 from gputui.ui.catalog_views import (  # noqa: F401 - bar, compare_table: tested from here
@@ -75,7 +75,11 @@ FIT_COLUMNS = [
 COST_COLUMNS = [
     ("provider", N_("Provider")),
     ("tier", N_("Tier")),
+    # what tells one provider's rows of a card apart, on an 80-column screen: its 1×, 2× and 8×
+    # listings, and the dated sources of one offer
+    ("sizes", N_("Sold as")),
     ("cost", N_("Cost")),
+    ("as_of", N_("As of")),
     ("billing", N_("Billing")),
     ("package", N_("Package")),
     ("rate", "$/h"),
@@ -83,9 +87,9 @@ COST_COLUMNS = [
     ("second", N_("If /s")),
     ("minute", N_("If /min")),
     ("hour", N_("If /h")),
-    ("as_of", N_("As of")),
     ("notes", N_("Notes")),
 ]
+AS_OF_CELLS = 18  # a longer "as of" is cut in the middle: a catalog's commit id stays seen
 # the Cost tab's package column (the JSON keeps the keys)
 PACKAGES = {"hourly": N_("hourly"), "spot": N_("spot"), "daily": N_("daily"),
             "weekly": N_("weekly"), "monthly": N_("monthly")}
@@ -764,13 +768,9 @@ class CatalogScreen(BaseScreen):
         )
         out.append(_("Needs {gib:.1f} GiB on one GPU").format(gib=e.total_gib), style="bold")
         if fitting:
-            best = fitting[0]
-            where = (
-                _(", cheapest {count}× {gpu} at {price}/h").format(
-                    count=best.count, gpu=short_gpu(best.name), price=svc._money(best.hourly))
-                if best.hourly is not None
-                else ""
-            )
+            # a card to rent as its row reads (no "pays for 8", no spot) where there is one
+            cheapest = answer.cheapest_text()
+            where = _(", cheapest {what}").format(what=cheapest) if cheapest else ""
             out.append(_("; fits {n} of {total} cards{where}").format(
                 n=len(fitting), total=len(answer.options), where=where) + "\n")
         else:
@@ -852,15 +852,16 @@ class CatalogScreen(BaseScreen):
         self.cost_answer = answer
         for i, c in enumerate(answer.costs):
             cells = [str(shown(cell)) for cell in svc.cost_cells(c)]
-            cells[2] = _(PACKAGES.get(c.row.package, c.row.package))
+            cells[3] = _(PACKAGES.get(c.row.package, c.row.package))
             cells[-1] = "; ".join(str(shown(n)) for n in c.notes)
-            provider, tier, package, billing, cost, billed, rate, sec, minute, hour, as_of, nts = (
-                cells
-            )
+            (provider, tier, sizes, package, billing, cost, billed, rate, sec, minute, hour, as_of,
+             nts) = cells
             table.add_row(
                 provider,
                 tier,
+                Text(sizes, justify="right"),
                 Text(cost, justify="right"),
+                Text(truncate_cells(as_of, AS_OF_CELLS, where="middle")),
                 billing,
                 package,
                 Text(rate, justify="right"),
@@ -868,7 +869,6 @@ class CatalogScreen(BaseScreen):
                 Text(sec, justify="right"),
                 Text(minute, justify="right"),
                 Text(hour, justify="right"),
-                as_of,
                 nts,
                 key=str(i),
             )

@@ -17,7 +17,7 @@ from gputui.i18n import N_, _, shown, truncate_cells
 from gputui.models import Lease, Offer
 from gputui.ui.base import BaseScreen
 from gputui.ui.dialogs import ConfirmScreen, parse_release, passed_clock_time
-from gputui.ui.widgets import Note
+from gputui.ui.widgets import Note, TickBox
 
 COUNTS = [1, 2, 4, 8]
 # what services.create reports (English words), as the progress line shows them
@@ -90,7 +90,7 @@ class CreateScreen(BaseScreen):
             with Horizontal(classes="row"):
                 yield Label(_("Release in"))
                 yield Input(id="release", compact=True, placeholder=_("2h, 90m or 18:30"))
-                yield Checkbox(_("No timer"), id="no-timer", compact=True)
+                yield TickBox(_("No timer"), id="no-timer", compact=True)
             with Horizontal(classes="row"):
                 yield Label(_("Idle off"))
                 yield Input(id="idle-util", compact=True, placeholder=_("util %"), type="number")

@@ -242,7 +242,7 @@ class BudgetDialog(ModalScreen[dict | None]):
         self.currency = currency
 
     def compose(self) -> ComposeResult:
-        from textual.widgets import Checkbox
+        from gputui.ui.widgets import TickBox
 
         with VerticalScroll():
             yield Static(Text.assemble((_("Budget caps"), "bold"),
@@ -255,9 +255,9 @@ class BudgetDialog(ModalScreen[dict | None]):
                     value = getattr(self.current, key, None)
                     yield Input("" if value is None else f"{value}", id=f"budget-{key}",
                                 compact=True, placeholder=_("no cap"))
-            yield Checkbox(_("Release the instances when a cap is reached"), id="budget-release",
-                           value=bool(getattr(self.current, "release_at_cap", False)),
-                           compact=True)
+            yield TickBox(_("Release the instances when a cap is reached"), id="budget-release",
+                          value=bool(getattr(self.current, "release_at_cap", False)),
+                          compact=True)
             yield Static("", id="budget-error")
 
     def on_mount(self) -> None:

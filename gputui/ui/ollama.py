@@ -48,6 +48,7 @@ from gputui.services.ollama import (
 )
 from gputui.store import InstanceChanged
 from gputui.ui.base import BaseScreen, StoreEvent
+from gputui.ui.widgets import TickBox
 
 REFRESH_S = 5.0
 # Headers are marked here and translated when the tables are made.
@@ -162,12 +163,8 @@ def placement_style(ok: bool, unverified: bool) -> str:
 # --------------------------------------------------------------------------- the screen
 
 
-class GpuCheckbox(Checkbox):
-    """A GPU's tick box whose mark reads without colour: X ticked, blank not."""
-
-    @property
-    def BUTTON_INNER(self) -> str:  # type: ignore[override]  # noqa: N802 - Textual's name
-        return "X" if self.value else " "
+class GpuCheckbox(TickBox):
+    """A GPU's tick box: X ticked, blank not, as every tick box of the console."""
 
 
 

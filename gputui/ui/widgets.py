@@ -8,7 +8,7 @@ from decimal import Decimal
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.reactive import reactive
-from textual.widgets import Footer, Static
+from textual.widgets import Checkbox, Footer, Static
 from textual.widgets._footer import FooterKey
 
 from gputui.format import format_money
@@ -19,6 +19,16 @@ from gputui.i18n import _, cell_len
 LABEL_CELLS = 20
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
+
+
+class TickBox(Checkbox):
+    """Every tick box of the console: X ticked, blank not. Textual's own keeps a dim X when
+    unticked, which the 16-colour and dark themes show as plainly as a tick; this reads the
+    same without colour, in every theme."""
+
+    @property
+    def BUTTON_INNER(self) -> str:  # type: ignore[override]  # noqa: N802 - Textual's name
+        return "X" if self.value else " "
 
 
 class TopBar(Static):

@@ -402,3 +402,73 @@ def test_errors_are_catalog_errors():
         svc.fit("nope", job="inference", precision="bf16")
     with pytest.raises(CatalogError):
         svc.card_rows(filters=svc.Filters(arch="nope"))
+
+
+# ------------------------------------------------------- issue 29: what a renter actually pays
+
+
+def _rows(*specs: tuple[str, str, str, list[int]]):
+    """Price rows of the user's own (provider, card, per-GPU price, instance sizes) alone."""
+    from gputui.catalog import load_prices
+
+    return [r for r in load_prices([
+        {"provider": p, "gpu": gpu, "price_per_gpu_hour": price, "gpu_counts": sizes}
+        for p, gpu, price, sizes in specs]) if r.user]
+
+
+def test_the_fit_names_a_card_to_rent_as_its_row_reads_not_a_bigger_instance(capsys):
+    """Issue 29.1: "cheapest 1× RTX 3090 at $0.33/h" named a row sold only as 2-GPU instances
+    (it pays for 2), while the RTX 6000 Ada rented alone at $0.37 was the one to take."""
+    code = report.run_command(report.fit_command, Config(), "Qwen2.5-7B", job="inference",
+                              precision="bf16")
+    out = capsys.readouterr().out
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("Cheapest to rent for this job: "))
+    assert line == "Cheapest to rent for this job: 1× RTX 6000 Ada at $0.37/h (vast marketplace)"
+    data = run_json(capsys, report.fit_command, Config(), "Qwen2.5-7B", job="inference",
+                    precision="bf16")
+    cheapest = data["cheapest"]
+    assert cheapest["gpu"].startswith("RTX 6000 Ada") and cheapest["as_shown"]
+    assert cheapest["count"] == cheapest["billed_gpus"] == 1
+    # no row that rents as it reads is cheaper, and the 3090's row is one it can rent alone
+    answer = svc.fit("Qwen2.5-7B", job="inference", precision="bf16")
+    assert answer.cheapest is not None and answer.cheapest.hourly == Decimal("0.37")
+    assert all(o.hourly >= answer.cheapest.hourly for o in answer.fitting
+               if o.quote is not None and o.quote.as_shown)
+    rtx3090 = next(o for o in answer.options if o.card == "rtx_3090")
+    assert rtx3090.quote is not None and rtx3090.quote.as_shown
+    assert not any("pays for" in str(w) for w in rtx3090.warnings)
+
+
+def test_the_fit_prefers_the_gpus_it_needs_over_a_cheaper_bigger_instance():
+    rows = _rows(("bigbox", "RTX 3090", "0.10", [2]), ("single", "RTX 3090", "0.30", [1]),
+                 ("other", "RTX 4090", "0.25", [1]))
+    answer = svc.fit("Qwen2.5-7B", job="inference", precision="bf16", prices=rows)
+    rtx3090 = next(o for o in answer.options if o.card == "rtx_3090")
+    assert rtx3090.quote is not None and rtx3090.quote.row.provider == "single"
+    assert answer.cheapest is not None and answer.cheapest.card == "rtx_4090"
+    assert answer.cheapest_text() == "1× RTX 4090 at $0.25/h"
+    # only a bigger instance priced: named, with what it bills
+    only_big = svc.fit("Qwen2.5-7B", job="inference", precision="bf16",
+                       prices=_rows(("bigbox", "RTX 3090", "0.10", [2])))
+    assert only_big.cheapest is not None and only_big.cheapest.card == "rtx_3090"
+    assert only_big.cheapest_text(where=True) == (
+        "1× RTX 3090 at $0.20/h (bigbox on-demand (2× only)); sold as 2-GPU instances: "
+        "pays for 2")
+
+
+def test_one_providers_cost_rows_say_which_listing_each_is(capsys):
+    """Issue 29.2: for 2× RTX 4090, four "vast marketplace" rows at $0.79, $0.80, $1.39 and
+    $2.77/h with nothing saying what differs: their instance sizes do."""
+    code = report.run_command(report.cost_command, Config(), "4090", count=2, hours=1)
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    header = next(x for x in lines if x.startswith("provider"))
+    assert header.split()[:3] == ["provider", "tier", "sold"]
+    vast = {x.split()[2]: x for x in lines if x.startswith("vast ")}
+    assert set(vast) == {"1×", "2×", "4×", "8×"}
+    assert "$0.79" in vast["2×"] and "$2.77" in vast["8×"] and "pays for 8" in vast["8×"]
+    data = run_json(capsys, report.cost_command, Config(), "4090", count=2, hours=1)
+    assert sorted(c["gpu_counts"] for c in data["costs"] if c["provider"] == "vast") == [
+        [1], [2], [4], [8]]

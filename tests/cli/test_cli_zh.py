@@ -287,7 +287,7 @@ def test_catalog_fit_and_cost_tables_in_chinese_are_aligned(gputui_home: Path):
     row = lines[lines.index(header) + 1]
     # the cost column ends where its header ends (right-aligned, measured in cells)
     end = cell_len(header[:header.index("费用") + 2])
-    cost = row.split()[4]
+    cost = row.split()[5]  # provider, tier, sold as, package, billed by, cost
     assert cost.startswith("$") and cell_len(row[:row.index(cost) + len(cost)]) == end
     assert "竞价/可中断" in out.stdout or "按 2 卡实例出售" in out.stdout  # notes translated
 

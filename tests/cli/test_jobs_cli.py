@@ -319,3 +319,25 @@ def test_results_through_links_come_home_or_the_release_is_held(gputui_home: Pat
     reap = gputui(gputui_home, "reap", "--json")
     assert json.loads(reap.stdout)["released"] == ["lnk"], reap.stderr
     assert (results / "final.pt").read_text() == "weights\n" and not root.exists()
+
+
+def test_a_progress_bar_in_the_log_reads_as_a_terminal_leaves_it(gputui_home: Path):
+    """Issue 29.8: `jobs log` split a progress bar's `ABC\\rred` into two lines, and `--follow`
+    showed `red` of `ABCDEF\\rred`: each line is what a terminal shows at its end."""
+    create(gputui_home, "bar")
+    script = r"printf 'ABC\rred\nABCDEF\rred\n 10%%|#  |\r 50%%|## |\r100%%|###|\nend\n'"
+    add = gputui(gputui_home, "jobs", "bar", "add", "--name", "bar", "--", "sh", "-c", script)
+    assert add.returncode == 0, add.stderr
+    want = [b"red", b"redDEF", b"100%|###|", b"end"]
+
+    def lines(*args: str) -> list[bytes]:
+        done = subprocess.run([*GPUTUI, "jobs", "bar", "log", *args], capture_output=True,
+                              env=run_gputui_env(gputui_home), timeout=120,
+                              stdin=subprocess.DEVNULL)  # bytes: a stray \r would show
+        assert done.returncode == 0, done.stderr
+        assert b"\r" not in done.stdout
+        return done.stdout.split(b"\n")[:-1]
+
+    assert lines("1", "--follow") == want  # to its end
+    assert lines("1") == want
+    assert lines("1", "--lines", "2") == want[-2:]

@@ -3,6 +3,7 @@ captures) and the checklist, as text and JSON."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import io
 import json
@@ -313,3 +314,85 @@ def test_remote_output_is_parsed_into_facts() -> None:
     assert c["nvidia-smi"].status == "fail" and "mismatch" in c["nvidia-smi"].message
     assert "Reboot" in c["nvidia-smi"].fix
     assert c["pytorch"].status == "warn" and "CPU-only" in c["pytorch"].message
+
+
+async def test_doctor_names_gputuis_own_ollama_and_queue_runs_not_as_leftovers(
+        services: Services, monkeypatch: pytest.MonkeyPatch):
+    """Issue 29.6: the doctor said "WARN leftover processes … PID 1653 (ollama) 5059 MiB … kill
+    them" of the Ollama gputui had loaded a model into. gputui's own Ollama and the queue's
+    running runs are named as such; only a true leftover is to be killed."""
+    from gputui.services.jobs import JobService, JobSpec
+    from gputui.services.ollama import OllamaService
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    inst = await rent(services, count=2, name="own")
+    ollama = OllamaService(services)
+    await ollama.start(inst)
+    st = await ollama.apply_gpus(inst, [0])
+    await ollama.pull(inst, "qwen2.5:0.5b")
+    await ollama.load(inst, "qwen2.5:0.5b")
+    jobs = JobService(services)
+    [run] = await jobs.add(inst, [JobSpec("gpu-load --gpus 1 --mem 2G --util 0 --seconds 60",
+                                          name="train")])
+
+    async def doctor() -> str:
+        out = io.StringIO()
+        assert await smi.doctor_remote(services, "own", out=out) == 0
+        return next(line for line in out.getvalue().splitlines()
+                    if "leftover processes" in line)
+
+    for _ in range(100):  # the run's process is on the GPU
+        line = await doctor()
+        if "queue run" in line:
+            break
+        await asyncio.sleep(0.1)
+    assert line.startswith("ok ") and "kill" not in line, line
+    assert f"PID {st.pid} (gputui's Ollama, holding the models it loaded)" in line
+    assert f"(gputui queue run {run}: train, running)" in line
+    # a true leftover beside them: only that one is to be killed
+    pid = await start_load(services, inst, "--gpus 1 --mem 1G --util 0 --seconds 30")
+    line = await doctor()
+    assert line.startswith("WARN") and f"PID {pid} " in line
+    assert f"gputui ssh own -- kill {pid}`" in line
+    assert "gputui's own: " in line and f"PID {st.pid} (gputui's Ollama" in line
+    await jobs.cancel(inst, run)
+    await ollama.close()
+
+
+def test_a_process_that_outlived_its_queue_run_is_a_leftover(tmp_path: Path) -> None:
+    """The runner's GPUTUI_JOB_ID is inherited by whatever a run starts: a process still on
+    the GPU after its run ended is a leftover; one of a running run is gputui's own."""
+    from gputui.models import GpuSample, ProcessSample
+    from gputui.services.smi import _local_own
+
+    def proc(pid: int, cmdline: str, env: dict[str, str]) -> None:
+        d = tmp_path / "proc" / str(pid)
+        d.mkdir(parents=True)
+        (d / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
+        (d / "environ").write_bytes(b"".join(f"{k}={v}\0".encode() for k, v in env.items()))
+
+    for job, status in (("3", "running"), ("2", "failed")):
+        run = tmp_path / "runs" / job
+        run.mkdir(parents=True)
+        (run / "state.json").write_text(json.dumps({"status": status, "pid": 1}))
+        proc(int(job) * 100, "python train.py", {
+            "GPUTUI_JOB_ID": job, "GPUTUI_JOB_NAME": f"run{job}\x1b[31m",
+            "GPUTUI_JOB_DIR": str(run)})
+    proc(400, "/usr/local/bin/ollama runner --model x", {"HOME": "/root"})
+    proc(500, "python other.py", {"HOME": "/root"})
+    own = _local_own([200, 300, 400, 500, 600], tmp_path)
+    assert set(own) == {300, 400}
+    assert own[300].kind == "job" and own[300].job_id == "3" and "\x1b" not in own[300].job_name
+    assert own[400].kind == "ollama"
+    facts = working(
+        samples=[GpuSample(index=0, utilization_gpu=0)], own=own, processes=[
+            ProcessSample(pid=p, gpu_index=0, name="python", used_memory_mib=2048)
+            for p in (200, 300, 400, 500)])
+    check = by_name(evaluate_checks(facts))["leftover processes"]
+    assert check.status == "warn" and "kill 200 500`" in check.fix
+    assert "PID 300 (gputui queue run 3: run3, running)" in check.message
+    assert "PID 400 (gputui's Ollama" in check.message
+    # the remote script's lines say the same
+    text = ("@@gputui own\n200\t2\trun2\tfailed\tpython train.py\n300\t3\trun3\trunning\tpython x\n"
+            "400\t\t\t\t/usr/bin/ollama serve\n500\t\t\t\tpython other.py\n@@gputui end\n")
+    assert set(smi_service.parse_remote("box", text).own) == {300, 400}

@@ -49,6 +49,22 @@ def test_the_sanitiser():
         check_label(HOSTILE, "--name")
 
 
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("ABC\rred", "red"),
+    ("ABCDEF\rred", "redDEF"),  # what a terminal leaves: the rest of the longer state
+    ("step 1/3\rstep 2/3\rstep 3/3 done\r", "step 3/3 done"),
+    ("\x1b[32mABCDEF\x1b[0m\rred", "redDEF"),  # colours take no room
+    ("ABCDEF\r\x1b[Kred", "red"),  # erased to the end of the line
+    ("50%\x08\x08\x0875%", "75%"),  # backspaces step back
+    (f"ABC\r{HOSTILE}", "exC"),  # still sanitised: no escape reaches the terminal
+])
+def test_a_log_line_is_drawn_as_a_terminal_leaves_it(raw: str, shown: str):
+    """Issue 29.8: a progress bar's carriage returns in a run's log."""
+    from gputui.sanitize import terminal_line
+
+    assert terminal_line(raw) == shown
+
+
 def _put_raw(home: Path, inst: Instance, name: str) -> None:
     """A row as an older gputui (or a hand edit) may have left it: the label unchecked."""
     store = SessionStore(home / "state.db")

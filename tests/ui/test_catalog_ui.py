@@ -417,6 +417,75 @@ async def test_fit_row_enter_costs_that_count(gputui_home: Path):
         assert screen.query_one("#cost-count", Input).value == str(option.count)
 
 
+async def test_fit_headline_names_a_card_rented_as_its_row_reads(gputui_home: Path):
+    """Issue 29.1: the headline read "cheapest 1× RTX 3090 at $0.33/h" while that row was
+    "vast marketplace (2× only)": 2 GPUs billed. It names what a renter pays for the GPUs the
+    job needs, and that card's row says the same."""
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await pilot.press("3")
+        await until(pilot, lambda: screen.fit_answer is not None, "the fit")
+        answer = screen.fit_answer
+        body = " ".join(text_of(screen.query_one("#fit-body", Static)).split())
+        assert "cheapest 1× RTX 6000 Ada at $0.37/h" in body
+        assert "RTX 3090 at $0.33" not in body
+        table = screen.query_one("#fit-table", DataTable)
+        best = answer.cheapest
+        assert best is not None and best.card == "rtx_6000_ada"
+        where = str(table.get_cell(best.card, "where"))
+        assert where == "vast marketplace" and "only" not in where
+        assert str(table.get_cell(best.card, "hourly")) == "$0.37"
+        assert "pays for" not in str(table.get_cell(best.card, "notes"))
+        # the 3090 row: what one GPU rents at, not half a 2-GPU instance
+        assert "only" not in str(table.get_cell("rtx_3090", "where"))
+        assert "pays for" not in str(table.get_cell("rtx_3090", "notes"))
+
+
+def _visible_columns(table: DataTable) -> list[str]:
+    """The keys of the columns whole within the table's width, left to right."""
+    keys, x = [], 0
+    for column in table.ordered_columns:
+        x += column.get_render_width(table)
+        if x > table.scrollable_content_region.width:
+            break
+        keys.append(column.key.value)
+    return keys
+
+
+async def test_cost_rows_of_one_provider_are_told_apart_at_80_columns(gputui_home: Path):
+    """Issue 29.2: for 2× RTX 4090, four "vast marketplace" rows at $0.79, $0.80, $1.39 and
+    $2.77/h, nothing on an 80-column screen saying what differs. The instance size each is
+    sold in, and the date of its source, are on screen; no two rows read the same."""
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_catalog(pilot)
+        await screen.show_cost("rtx_4090", 2)
+        table = screen.query_one("#cost-table", DataTable)
+        await until(pilot, lambda: table.row_count > 0 and _visible_columns(table),
+                    "the costs laid out")
+        seen = _visible_columns(table)
+        assert {"provider", "tier", "sizes", "cost", "as_of"} <= set(seen)
+        rows = [tuple(str(table.get_cell(str(i), k)) for k in seen)
+                for i in range(table.row_count)]
+        vast = {row[seen.index("sizes")]: row[seen.index("cost")]
+                for row in rows if row[0] == "vast"}
+        assert vast == {"2×": "$7.90", "1×": "$8.00", "4×": "$13.90", "8×": "$27.70"}
+        assert len(set(rows)) == len(rows)
+        # the same on every card and size a renter may ask: one offer's dated sources included
+        for card in ("h100_sxm", "h100_pcie", "a10", "rtx_3090"):
+            for count in ("1", "8"):
+                screen.query_one("#cost-card", Select).value = card
+                screen.query_one("#cost-count", Input).value = count
+                await until(pilot, lambda c=card, n=count: screen.cost_answer is not None
+                            and screen.cost_answer.spec.key == c
+                            and str(screen.cost_answer.count) == n, "the new costs")
+                seen = _visible_columns(table)
+                rows = [tuple(str(table.get_cell(str(i), k)) for k in seen)
+                        for i in range(table.row_count)]
+                assert len(set(rows)) == len(rows), (card, count, rows)
+
+
 @pytest.mark.parametrize("size", SIZES)
 async def test_n_rents_the_card_under_the_cursor(gputui_home: Path, size):
     app = make_app(gputui_home)

@@ -175,6 +175,25 @@ async def test_dialogs_show_where_results_go_and_run_in_the_pushed_project(
         await pilot.press("escape")
 
 
+async def test_jobs_screen_log_draws_a_progress_bar_as_a_terminal_leaves_it(services: Services):
+    """Issue 29.8: the log split a progress bar's `ABC\rred` into two lines; each line is what
+    a terminal shows at its end (`ABCDEF\rred` -> `redDEF`)."""
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec(
+        r"printf 'ABC\rred\nABCDEF\rred\n 10%%|#  |\r 50%%|## |\r100%%|###|\nend\n'",
+        name="bar")])
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the Jobs screen")
+        screen = app.screen
+        assert isinstance(screen, JobsScreen)
+        await until(pilot, lambda: "end" in log_text(screen).splitlines(), "the run's log")
+        assert log_text(screen).splitlines() == ["red", "redDEF", "100%|###|", "end"]
+
+
 async def test_jobs_screen_with_no_instance_says_what_to_do(services: Services):
     app = GpuTuiApp(store=services.store, services=services, remember_theme=False,
                     background=False)

@@ -123,7 +123,7 @@ async def test_catalog_in_chinese_headers_verdicts_and_errors(gputui_home: Path,
         cost = screen.query_one("#cost-table", DataTable)
         await until(pilot, lambda: cost.row_count > 0, "the costs")
         assert {"平台", "计费", "按秒"} <= {str(c.label) for c in cost.columns.values()}
-        assert any(str(cost.get_row_at(i)[3]).startswith("按")
+        assert any(str(cost.get_cell(str(i), "billing")).startswith("按")
                    for i in range(cost.row_count))
         screen.query_one("#cost-hours", Input).value = "0"
         await until(pilot, lambda: "不算一次租用" in text_of(screen.query_one("#cost-error", Static)),
