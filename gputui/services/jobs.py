@@ -34,7 +34,7 @@ from typing import Any, Literal
 from gputui.errors import BadInput, NotFound
 from gputui.format import status_text, status_word
 from gputui.i18n import N_, Deferred, _
-from gputui.models import Instance, InstanceStatus, as_utc, money, utcnow
+from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, money, utcnow
 from gputui.services.hub import ServiceError, Services
 from gputui.store import LeaseChanged
 
@@ -199,6 +199,22 @@ class QueueView:
                 return j
         raise UnknownJob(_("no job {job_id} on this instance (ids: {ids})").format(
             job_id=job_id, ids=", ".join(j.id for j in self.jobs) or _("none yet")))
+
+
+def armed_poweroff(view: QueueView, lease: Lease | None) -> tuple[datetime | None, bool]:
+    """When the instance powers off, as armed on it now, and whether that is the lease's timer:
+    the queue's end scheduled a power-off there, but a lease armed since (a failed pull gives
+    the power-off back to the release timer; an extend) replaced it — each `shutdown` replaces
+    the last, so the later one is what the host keeps. (None: none armed.)"""
+    from datetime import timedelta
+
+    queue_set = view.poweroff_at
+    queue_fires = (queue_set + timedelta(seconds=float(view.poweroff_in_s))
+                   if queue_set is not None and view.poweroff_in_s is not None else None)
+    lease_set = lease.host_timer_set_at if lease is not None else None
+    if lease is not None and lease_set is not None and (queue_set is None or lease_set > queue_set):
+        return (lease.host_poweroff_at if lease.state == LeaseState.ACTIVE else None), True
+    return queue_fires, False
 
 
 # -- the local when-done record --------------------------------------------------------------
@@ -798,7 +814,7 @@ def when_done_label(services: Services, instance_id: str, *, short: bool = False
     if rec is None or rec.done_at is not None or rec.policy == "keep" and not rec.pulls:
         return None
     if rec.held and rec.pending_pull:
-        paths = _pulls(rec, cells=24 if short else 80)
+        paths = _pulls(rec, cells=12 if short else 80)
         if rec.policy == "keep":
             return _("results missing ({paths})").format(paths=paths)
         return _("held: results missing ({paths})").format(paths=paths)
@@ -810,6 +826,17 @@ def when_done_label(services: Services, instance_id: str, *, short: bool = False
                   "stop": N_("stop when the queue ends (pull first)")}[rec.policy])
     return _({"release": N_("release when the queue ends"), "stop": N_("stop when the queue ends"),
               "keep": N_("pull when the queue ends")}[rec.policy])
+
+
+def held_now(services: Services, instance_id: str) -> bool:
+    """The release (or stop) waits on this instance: the results asked for could not be
+    pulled, or its when-done record cannot be read."""
+    try:
+        rec = load_when_done(services, instance_id)
+    except UnreadableRecord:
+        return True
+    return (rec is not None and rec.done_at is None and rec.pending_pull and bool(rec.held)
+            and rec.policy != "keep")
 
 
 def held_reason(services: Services, inst: Instance) -> Deferred:
@@ -938,6 +965,6 @@ def _locals(rec: WhenDone) -> str:
 
 
 __all__ = ["FINAL", "Job", "JobError", "JobService", "JobSpec", "QueueView", "UnknownJob",
-           "UnreadableRecord", "WhenDone", "checked_when_done", "deadline_warning", "held_reason",
+           "UnreadableRecord", "WhenDone", "armed_poweroff", "checked_when_done", "deadline_warning", "held_now", "held_reason",
            "on_tick", "parse_gpus", "read_runs_file", "release_allowed", "run_cost",
            "when_done_label"]

@@ -113,6 +113,15 @@ def test_an_unreadable_when_done_record_holds_only_its_own_instance(gputui_home:
     assert text.returncode == 0, text.stderr
     assert text.stderr.count("unreadable when-done record") == 1, text.stderr
 
+    # its queue still works, and says why it is held and how out
+    added = gputui(gputui_home, "jobs", "broken", "add", "--", "true")
+    assert added.returncode == 0 and added.stdout.split() == ["1"], added.stderr
+    listed = gputui(gputui_home, "jobs", "broken")
+    assert listed.returncode == 0, listed.stderr
+    assert "when done: held: when-done record unreadable — " in listed.stdout
+    assert "`gputui release broken` releases it" in listed.stdout
+    assert record.read_text().endswith('"lo')  # still untouched
+
     # when the held instance is itself due, it is kept and `reap` says why and how out
     store.update_lease_sync(ids["broken"], lambda le: le.model_copy(
         update={"release_at": utcnow() - timedelta(minutes=1)}))

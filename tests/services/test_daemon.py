@@ -373,6 +373,10 @@ async def test_an_unreadable_when_done_record_is_said_once_and_the_others_are_re
         assert len(errors) == 1, notices
         assert str(record) in errors[0] and "broken is held" in errors[0]
         assert daemon.errors == 0  # the clock itself never failed
+        from gputui.services.jobs import when_done_label
+
+        assert when_done_label(services, broken.id, short=True) == \
+            "held: when-done record unreadable"  # what Home shows beside its timer
 
         record.write_text('{"policy": "release", "pulls": 3}')  # changed, still bad: said again
         for _ in range(3):
