@@ -288,9 +288,10 @@ def checked_when_done(services: Services, inst: Instance) -> WhenDone | None:
             version: object = (st.st_mtime_ns, st.st_size)
         except OSError:
             version = None
-        services.store.report_unreadable(_bad_key(inst.id), _(
-            "{problem}; {name} is held, not released or stopped automatically, until the "
-            "record is fixed or written anew with `gputui jobs {name} when-done POLICY`").format(problem=str(exc), name=inst.name), version)
+        message = _("{problem}; {name} is held, not released or stopped automatically, until "
+                    "the record is fixed or written anew with `gputui jobs {name} when-done "
+                    "POLICY`").format(problem=str(exc), name=inst.name)
+        services.store.report_unreadable(_bad_key(inst.id), message, version)
         raise
     if _bad_key(inst.id) in services.store.unreadable:
         services.store.readable_again(_bad_key(inst.id))
@@ -634,7 +635,7 @@ class JobService:
             return None
         if not view.finished:
             return None
-        return await self._complete(inst, rec)
+        return await self._complete(inst, rec, view)
 
     @contextlib.asynccontextmanager
     async def _claimed(self, inst: Instance) -> AsyncIterator[bool]:
@@ -649,7 +650,8 @@ class JobService:
             if got:
                 await self.store.drop_claim(inst.id, owner)
 
-    async def _complete(self, inst: Instance, rec: WhenDone) -> str | None:
+    async def _complete(self, inst: Instance, rec: WhenDone,
+                        view: QueueView | None = None) -> str | None:
         async with self._claimed(inst) as mine:
             if not mine:
                 return None  # another gputui process is finishing it
@@ -660,14 +662,17 @@ class JobService:
                 return None
             if fresh is None or not fresh.status.live or again is None or again.done_at:
                 return None
-            return await self._complete_claimed(fresh, again)
+            return await self._complete_claimed(fresh, again, view)
 
-    async def _complete_claimed(self, inst: Instance, rec: WhenDone) -> str:
-        if rec.pending_pull and inst.status == InstanceStatus.RUNNING and rec.held is None:
+    async def _complete_claimed(self, inst: Instance, rec: WhenDone,
+                                view: QueueView | None = None) -> str:
+        if rec.pending_pull and inst.status == InstanceStatus.RUNNING and (
+                view is None or view.poweroff_at is not None
+                and not armed_poweroff(view, await self.store.get_lease(inst.id))[1]):
             # a long pull must not be cut by the queue-end power-off: the lease's own timer
             # replaces it again (re-arming cancels a pending shutdown and schedules the timer's;
-            # the lease records what it armed, which `gputui jobs NAME` shows). Once: a hold
-            # retried every few seconds does not re-arm every time.
+            # the lease records what it armed, which `gputui jobs NAME` shows). Once: a hold,
+            # retried every few seconds, does not re-arm (and wall-message the host) each time.
             from gputui.services.arming import LeaseArmer
 
             with contextlib.suppress(ServiceError):
@@ -965,6 +970,6 @@ def _locals(rec: WhenDone) -> str:
 
 
 __all__ = ["FINAL", "Job", "JobError", "JobService", "JobSpec", "QueueView", "UnknownJob",
-           "UnreadableRecord", "WhenDone", "armed_poweroff", "checked_when_done", "deadline_warning", "held_now", "held_reason",
-           "on_tick", "parse_gpus", "read_runs_file", "release_allowed", "run_cost",
+           "UnreadableRecord", "WhenDone", "armed_poweroff", "checked_when_done",
+           "deadline_warning", "held_now", "held_reason", "on_tick", "parse_gpus", "read_runs_file", "release_allowed", "run_cost",
            "when_done_label"]

@@ -192,6 +192,10 @@ def test_results_that_never_appear_hold_the_release_and_say_the_ways_out(gputui_
 
     armed = power_state(root).at  # the lease's timer replaced the queue's 10 minutes
     assert armed is not None and armed - queue_off > timedelta(minutes=100)
+    requested = power_state(root).requested_at
+    again = gputui(gputui_home, "reap", "--json")  # still held; the pull is tried again...
+    assert again.returncode == 1 and json.loads(again.stdout)["errors"] == [held]
+    assert power_state(root).requested_at == requested  # ...but the host's timer is not re-set
     listed = gputui(gputui_home, "jobs", "nores")
     assert listed.returncode == 0, listed.stderr
     text = listed.stdout
