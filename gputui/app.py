@@ -287,12 +287,16 @@ class GpuTuiApp(App[int]):
         """Layer 3 of auto-release: overdue instances go at start, the rest at their deadline.
         Every 30 s the providers are asked too (a power-off on the instance shows up)."""
         ticks = 0
+        said: str | None = None  # a failure is said once, not every second, until it changes
         while True:
             try:
                 await self.leases.tick(refresh=ticks % 30 == 0)
+                said = None
             except Exception as exc:  # keep the clock alive; say what went wrong
-                self.notify(_("auto-release check failed: {problem}").format(problem=exc),
-                            severity="error")
+                if str(exc) != said:
+                    said = str(exc)
+                    self.notify(_("auto-release check failed: {problem}").format(problem=exc),
+                                severity="error")
             ticks += 1
             await asyncio.sleep(1.0)
 

@@ -255,11 +255,17 @@ class Lease(_Model):
     armed_for: datetime | None = None  # the release_at layers 1 and 2 were last armed for
     on_instance_armed: bool = False  # layer 1: shutdown scheduled on the instance
     provider_armed: bool = False  # layer 2: provider-side scheduled termination
+    # layer 1 as last set on the instance: when that was (this machine's clock), and when the
+    # power-off it scheduled fires (None: it only cancelled one). A later shutdown scheduled on
+    # the instance itself (a queue's end) replaces it; `gputui jobs NAME` shows the later one.
+    host_timer_set_at: datetime | None = None
+    host_poweroff_at: datetime | None = None
     warned: list[int] = Field(default_factory=list)  # minutes-before warnings already given
     state: LeaseState = LeaseState.ACTIVE
     updated_at: datetime = Field(default_factory=utcnow)
 
-    @field_validator("release_at", "updated_at", "armed_for")
+    @field_validator("release_at", "updated_at", "armed_for", "host_timer_set_at",
+                     "host_poweroff_at")
     @classmethod
     def _utc(cls, v: datetime | None) -> datetime | None:
         return None if v is None else as_utc(v)

@@ -270,6 +270,7 @@ class SessionStore:
             _OPEN_PATHS[self._key] = _OPEN_PATHS.get(self._key, 0) + 1
         # rows that could not be read ("instance ID" -> why), reported and skipped
         self.unreadable: dict[str, str] = {}
+        self._unreadable_version: dict[str, object] = {}
         self._last_change = self._max_change()
         import os
 
@@ -455,13 +456,26 @@ class SessionStore:
                 self._unreadable(f"{what} {key}", str(exc))
         return out
 
-    def _unreadable(self, key: str, message: str) -> None:
+    def _unreadable(self, key: str, message: str, version: object = None) -> None:
         with self._lock:
-            seen = key in self.unreadable
+            seen = key in self.unreadable and self._unreadable_version.get(key) == version
             self.unreadable[key] = message
+            self._unreadable_version[key] = version
         if not seen:
             self.notify(Deferred(N_("{problem} — skipped and left untouched"), problem=message),
                         "error")
+
+    def report_unreadable(self, key: str, message: str, version: object = None) -> None:
+        """A record kept beside the database (a jobs queue's when-done record) that cannot be
+        read: reported like an unreadable row, once — again only when it has changed (another
+        `version`: its size and time) and still cannot be read."""
+        self._unreadable(key, message, version)
+
+    def readable_again(self, key: str) -> None:
+        """A record reported unreadable can be read now (fixed, or written anew)."""
+        with self._lock:
+            self.unreadable.pop(key, None)
+            self._unreadable_version.pop(key, None)
 
     def _log_change(self, conn: sqlite3.Connection, table: str, key: str) -> None:
         conn.execute(

@@ -16,7 +16,7 @@ from gputui.cli.output import (
     run_async,
     status_text,
 )
-from gputui.errors import one_line, os_reason
+from gputui.errors import GputuiError, exit_code, one_line, os_reason
 from gputui.i18n import _, pad_cells, shown
 
 
@@ -156,7 +156,14 @@ def cmd_reap(args: argparse.Namespace) -> int:
                 print(_("error: {problem}").format(problem=shown(err)), file=sys.stderr)
         return 1 if result.errors else 0
 
-    return run_async(args, body)
+    try:
+        return run_async(args, body)
+    except GputuiError as exc:
+        if not args.json:
+            raise
+        # a script reading `reap --json` (cron, a systemd timer) always gets JSON
+        print_json({"released": [], "errors": [one_line(exc)], "unreadable": []})
+        return exit_code(exc)
 
 
 def cmd_ssh(args: argparse.Namespace) -> int:

@@ -157,7 +157,7 @@ def _command(args: argparse.Namespace, options: argparse.ArgumentParser) -> list
 
 
 # -- the queue --------------------------------------------------------------------------------
-def print_table(view: Any, inst: Any) -> None:
+def print_table(view: Any, inst: Any, lease: Any = None) -> None:
     from gputui.format import format_elapsed, format_money
     from gputui.nvidia.nvsmi import sanitize
 
@@ -183,10 +183,10 @@ def print_table(view: Any, inst: Any) -> None:
         print(_("GPU%: its GPUs' use while the run had a process on them; MEM MiB: the most "
                 "GPU memory the run's own processes held"))
     if view.finished:
-        print(summary_text(view, inst))
+        print(summary_text(view, inst, lease))
 
 
-def summary_text(view: Any, inst: Any) -> str:
+def summary_text(view: Any, inst: Any, lease: Any = None) -> str:
     from decimal import Decimal
 
     from gputui.format import format_money
@@ -200,12 +200,16 @@ def summary_text(view: Any, inst: Any) -> str:
     text = _("{ended}: {counts}; the runs cost {total} (part of {name}'s cost)").format(
         ended=ended, counts=_(", ").join(parts), total=format_money(total, inst.billing.currency),
         name=inst.name)
-    if view.poweroff_at is not None and view.poweroff_in_s is not None:
-        from datetime import timedelta
+    if view.poweroff_at is not None:  # the queue's end scheduled a power-off...
+        from gputui.services.jobs import armed_poweroff
 
-        off = view.poweroff_at + timedelta(seconds=view.poweroff_in_s)
-        text += _("; it powers off at {time} unless gputui finishes first").format(
-            time=f"{off.astimezone():%H:%M}")
+        off, by_lease = armed_poweroff(view, lease)  # ...or the lease's timer replaced it since
+        if off is not None and by_lease:
+            text += _("; it powers off at {time}, at its release timer").format(
+                time=f"{off.astimezone():%H:%M}")
+        elif off is not None:
+            text += _("; it powers off at {time} unless gputui finishes first").format(
+                time=f"{off.astimezone():%H:%M}")
     return text
 
 
@@ -215,7 +219,6 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 async def _list(services: Any, args: argparse.Namespace) -> int:
-    from gputui.sanitize import sanitize
     from gputui.services.jobs import JobService
 
     inst = _live(services, args.name)
@@ -224,14 +227,39 @@ async def _list(services: Any, args: argparse.Namespace) -> int:
     if args.json:
         print_json([j.as_dict() for j in view.jobs])
     else:
-        print_table(view, inst)
-        rec = jobs.when_done(inst)
-        if rec is not None and rec.done_at is None:
-            pulls = ", ".join(f"{sanitize(p['remote'], 300)} -> {sanitize(p['local'], 300)}"
-                              for p in rec.pulls)  # a record written before paths were checked
-            print(_("when done: {policy}").format(policy=_policy(rec.policy))
-                  + (_(" (pull {pulls} first)").format(pulls=pulls) if pulls else ""))
+        print_table(view, inst, services.store.get_lease_sync(inst.id))
+        _print_when_done(services, inst)
     return 0
+
+
+def _print_when_done(services: Any, inst: Any) -> None:
+    """The when-done policy under the table; a hold (results missing, a record that cannot be
+    read) with its ways out."""
+    from gputui.nvidia.nvsmi import sanitize
+    from gputui.services.jobs import UnreadableRecord, load_when_done, when_done_label
+
+    try:
+        rec = load_when_done(services, inst.id)
+    except UnreadableRecord as exc:
+        print(_("when done: {label} — {problem}").format(
+            label=when_done_label(services, inst.id), problem=one_line(exc)))
+        print(_("  `gputui jobs {name} when-done POLICY` writes it anew; `gputui release {name}` "
+                "releases it").format(name=inst.name))
+        return
+    if rec is None or rec.done_at is not None:
+        return
+    pulls = sanitize(", ".join(f"{p['remote']} -> {p['local']}" for p in rec.pulls), 400)
+    print(_("when done: {policy}").format(policy=_policy(rec.policy))
+          + (_(" (pull {pulls} first)").format(pulls=pulls) if pulls else ""))
+    if rec.held and rec.pending_pull:
+        print(f"{when_done_label(services, inst.id)}: {sanitize(rec.held, 400)}")
+        if rec.policy == "keep":
+            print(_("  `gputui jobs {name} when-done keep --pull OTHER` pulls another "
+                    "path").format(name=inst.name))
+        else:
+            print(_("  `gputui release {name}` releases it anyway; `gputui jobs {name} when-done "
+                    "{policy} --pull OTHER` pulls another path").format(name=inst.name,
+                                                                        policy=rec.policy))
 
 
 def _specs_from_args(args: argparse.Namespace, inst: Any) -> list[Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gputui.i18n import N_, Deferred, _
 from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
@@ -18,11 +18,18 @@ WATCHDOG_FILE = ".gputui-idle-watchdog.sh"
 WATCHDOG_PID = ".gputui-idle-watchdog.pid"
 
 
+def shutdown_minutes(release_at: datetime, now: datetime | None = None) -> int:
+    """N of `shutdown -h +N`: whole minutes rounded up (never before the deadline)."""
+    seconds = (as_utc(release_at) - as_utc(now or utcnow())).total_seconds()
+    return max(1, math.ceil(seconds / 60))
+
+
 def shutdown_command(release_at: datetime, now: datetime | None = None) -> str:
     """`shutdown -h +N`, N whole minutes rounded up (never before the deadline)."""
-    seconds = (as_utc(release_at) - as_utc(now or utcnow())).total_seconds()
-    minutes = max(1, math.ceil(seconds / 60))
-    return f"shutdown -h +{minutes}"
+    return f"shutdown -h +{shutdown_minutes(release_at, now)}"
+
+
+SCHEDULED_MARK = "gputui-poweroff-scheduled"  # printed once the host took the shutdown
 
 
 def watchdog_script(util_pct: float, minutes: float, interval_s: int = 60) -> str:
@@ -102,15 +109,17 @@ class LeaseArmer:
         provider = self.services.provider(inst.provider)
         on_instance = False
         problems: list[Deferred] = []
+        host_timer: tuple[datetime, datetime | None] | None = None
         fresh = await self.store.get_instance(inst.id) or inst
         # a stopped instance has nothing running to schedule a power-off on: its timer is set
         # when it starts (AutoDL's boot command; `start` arms the lease again)
         if provider.capabilities.power_off_stops_billing and \
                 fresh.status != InstanceStatus.STOPPED:
             try:  # the provider makes the instance reachable first (its endpoint may be new)
-                on_instance = await self._arm_on_instance(
+                host_timer = await self._arm_on_instance(
                     inst, lease, keep_watchdog=verify,
                     keep_schedule=verify and not self._missing(inst, lease))
+                on_instance = True
             except ServiceError as exc:
                 problems.append(Deferred(N_("on-instance timer: {error}"), error=str(exc)))
         provider_armed = False
@@ -122,11 +131,14 @@ class LeaseArmer:
         armed_for = lease.release_at
 
         def armed(le: Lease) -> Lease:
-            return le.model_copy(update={
+            update: dict[str, object] = {
                 "on_instance_armed": on_instance and le.release_at is not None,
                 "provider_armed": provider_armed and le.release_at is not None,
                 "armed_for": armed_for,
-            })
+            }
+            if host_timer is not None:  # what the host's power-off timer is now
+                update["host_timer_set_at"], update["host_poweroff_at"] = host_timer
+            return le.model_copy(update=update)
 
         lease = await self.store.update_lease(inst.id, armed)
         for problem in problems:
@@ -136,14 +148,23 @@ class LeaseArmer:
         return lease
 
     async def _arm_on_instance(self, inst: Instance, lease: Lease, *,
-                               keep_watchdog: bool = False, keep_schedule: bool = False) -> bool:
+                               keep_watchdog: bool = False, keep_schedule: bool = False,
+                               ) -> tuple[datetime, datetime | None] | None:
         """`keep_schedule`: the lease says this deadline was armed; check that the host still
         has a shutdown scheduled (`shutdown --show`) and schedule it again only if not (a
         reboot clears it), so a periodic `gputui reap` does not cancel and re-schedule — and
-        wall-message the host's users — every time."""
+        wall-message the host's users — every time.
+
+        Returns what the host's power-off timer became — (when it was set, when it fires; None:
+        only cancelled) — or None where a schedule found there was left as it was."""
+        set_at = utcnow()
+        fires: datetime | None = None
         commands = ["shutdown -c >/dev/null 2>&1 || true"]
         if lease.release_at is not None:
-            commands.append(shutdown_command(lease.release_at))
+            minutes = shutdown_minutes(lease.release_at, set_at)
+            fires = set_at + timedelta(minutes=minutes)
+            schedule = f"shutdown -h +{minutes} && echo {SCHEDULED_MARK}"  # a shell line
+            commands.append(schedule)
             if keep_schedule:
                 commands = ["if shutdown --show 2>&1 | grep -qi 'scheduled for'; then :; else",
                             *commands, "fi"]
@@ -158,4 +179,6 @@ class LeaseArmer:
             err = (result.stderr or result.stdout).strip().splitlines()
             raise ServiceError(err[-1] if err else _("exit {code}").format(
                 code=result.exit_status))
-        return True
+        if SCHEDULED_MARK in (result.stdout or ""):
+            return set_at, fires
+        return None if keep_schedule else (set_at, None)

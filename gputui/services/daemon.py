@@ -279,6 +279,7 @@ class Daemon:
         self.keep_leases = keep_leases  # False: `gputui metrics` watches, releases nothing
         self.ticks = 0
         self.errors = 0
+        self._last_error: str | None = None  # the last failed tick's error (said once)
         self._on_notice = on_notice
         self._unsubscribe = self.store.subscribe(self._on_event)
         self._dirty = True  # the set of running instances may have changed
@@ -306,8 +307,13 @@ class Daemon:
             await self.leases.tick(refresh=self.ticks % self.refresh_every == 0)
         except Exception as exc:  # the clock must keep going; say what went wrong
             self.errors += 1
-            self.store.notify(Deferred(N_("auto-release check failed: {error}"),
-                                       error=f"{type(exc).__name__}: {exc}"), "error")
+            error = f"{type(exc).__name__}: {exc}"
+            if error != self._last_error:  # once, not every second, until it changes
+                self._last_error = error
+                self.store.notify(Deferred(N_("auto-release check failed: {error}"),
+                                           error=error), "error")
+        else:
+            self._last_error = None
         self.ticks += 1
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from gputui.errors import BadInput, NotFound
 from gputui.format import status_text, status_word
 from gputui.i18n import N_, Deferred, _
-from gputui.models import Instance, InstanceStatus, as_utc, money, utcnow
+from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, money, utcnow
 from gputui.services.hub import ServiceError, Services
 from gputui.store import LeaseChanged
 
@@ -253,6 +253,22 @@ class QueueView:
             job_id=job_id, ids=", ".join(j.id for j in self.jobs) or _("none yet")))
 
 
+def armed_poweroff(view: QueueView, lease: Lease | None) -> tuple[datetime | None, bool]:
+    """When the instance powers off, as armed on it now, and whether that is the lease's timer:
+    the queue's end scheduled a power-off there, but a lease armed since (a failed pull gives
+    the power-off back to the release timer; an extend) replaced it — each `shutdown` replaces
+    the last, so the later one is what the host keeps. (None: none armed.)"""
+    from datetime import timedelta
+
+    queue_set = view.poweroff_at
+    queue_fires = (queue_set + timedelta(seconds=float(view.poweroff_in_s))
+                   if queue_set is not None and view.poweroff_in_s is not None else None)
+    lease_set = lease.host_timer_set_at if lease is not None else None
+    if lease is not None and lease_set is not None and (queue_set is None or lease_set > queue_set):
+        return (lease.host_poweroff_at if lease.state == LeaseState.ACTIVE else None), True
+    return queue_fires, False
+
+
 # -- the local when-done record --------------------------------------------------------------
 @dataclass
 class WhenDone:
@@ -263,10 +279,19 @@ class WhenDone:
     pulled_at: str | None = None
     done_at: str | None = None
     outcome: str | None = None
+    # the results asked for could not be pulled when they were due (why, and when): the
+    # release or stop is held until they come home, the path is changed, or it is released
+    held: str | None = None
+    held_at: str | None = None
 
     @property
     def pending_pull(self) -> bool:
         return bool(self.pulls) and self.pulled_at is None
+
+
+class UnreadableRecord(JobError):
+    """A when-done record that cannot be read (cut short, edited by hand): its instance is held
+    (no automatic release or stop) and every other instance goes on as usual."""
 
 
 def _policy_path(services: Services, instance_id: str) -> Path:
@@ -274,15 +299,55 @@ def _policy_path(services: Services, instance_id: str) -> Path:
 
 
 def load_when_done(services: Services, instance_id: str) -> WhenDone | None:
+    """The record (None: none set); UnreadableRecord when it cannot be read."""
     path = _policy_path(services, instance_id)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return WhenDone(**{k: data.get(k) for k in WhenDone.__dataclass_fields__ if k in data})
+        if not isinstance(data, dict):
+            raise ValueError(_("not a JSON object"))
+        given: dict[str, Any] = {k: data[k] for k in WhenDone.__dataclass_fields__ if k in data}
+        rec = WhenDone(**given)
+        if rec.policy not in ("release", "stop", "keep"):
+            raise ValueError(_("policy {policy} is not release, stop or keep").format(
+                policy=repr(rec.policy)))
+        if not isinstance(rec.pulls, list) or not all(
+                isinstance(p, dict) and isinstance(p.get("remote"), str)
+                and isinstance(p.get("local"), str) for p in rec.pulls):
+            raise ValueError(_("pulls is not a list of remote and local paths"))
+        return rec
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError) as exc:
-        raise JobError(_("{path}: unreadable when-done record: {error}").format(
+        raise UnreadableRecord(_("{path}: unreadable when-done record: {error}").format(
             path=path, error=exc)) from None
+
+
+def _bad_key(instance_id: str) -> str:
+    return f"when-done {instance_id}"
+
+
+def checked_when_done(services: Services, inst: Instance) -> WhenDone | None:
+    """The record, for the clock (the console's, the daemon's, `gputui reap`). One that cannot
+    be read is reported once (again only if it changes and still cannot be read), like an
+    unreadable instance row, and UnreadableRecord raised: the caller holds that instance and
+    goes on with the others."""
+    try:
+        rec = load_when_done(services, inst.id)
+    except UnreadableRecord as exc:
+        path = _policy_path(services, inst.id)
+        try:
+            st = path.stat()
+            version: object = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            version = None
+        message = _("{problem}; {name} is held, not released or stopped automatically, until "
+                    "the record is fixed or written anew with `gputui jobs {name} when-done "
+                    "POLICY`").format(problem=str(exc), name=inst.name)
+        services.store.report_unreadable(_bad_key(inst.id), message, version)
+        raise
+    if _bad_key(inst.id) in services.store.unreadable:
+        services.store.readable_again(_bad_key(inst.id))
+    return rec
 
 
 def save_when_done(services: Services, instance_id: str, rec: WhenDone) -> None:
@@ -383,10 +448,15 @@ class JobService:
             check_spec(spec, _("run {n}").format(n=n) if len(specs) > 1 else "")
             parse_gpus(",".join(map(str, spec.gpus)) if spec.gpus else None, inst.gpu_count)
         out = await self._json(inst, "add", input=json.dumps([s.as_json() for s in specs]))
-        rec = load_when_done(self.services, inst.id)
-        if rec is not None and (rec.pulled_at or rec.done_at):
-            rec.pulled_at = rec.done_at = rec.outcome = None  # new results are coming
+        try:  # (the runs are queued: a record that cannot be read is reported, not raised)
+            rec = checked_when_done(self.services, inst)
+        except UnreadableRecord:
+            rec = None
+        if rec is not None and (rec.pulled_at or rec.done_at or rec.held):
+            # new results are coming (and a hold for the last queue's missing ones is over)
+            rec.pulled_at = rec.done_at = rec.outcome = rec.held = rec.held_at = None
             save_when_done(self.services, inst.id, rec)
+            self.store.emit(LeaseChanged(inst.id))
         if out.get("poweroff_cancelled"):
             # the runner cancelled the power-off it had scheduled: the lease's own comes back
             from gputui.services.arming import LeaseArmer
@@ -621,7 +691,10 @@ class JobService:
         if not force and now - _last_check.get(inst.id, -1e9) < CHECK_EVERY_S:
             return None
         _last_check[inst.id] = now
-        rec = load_when_done(self.services, inst.id)
+        try:
+            rec = checked_when_done(self.services, inst)
+        except UnreadableRecord:
+            return None  # reported; the instance is held (release_allowed says no)
         if rec is None or rec.done_at is not None:
             return None
         inst = await self.store.get_instance(inst.id) or inst
@@ -654,7 +727,7 @@ class JobService:
             return None
         if not view.finished:
             return None
-        return await self._complete(inst, rec)
+        return await self._complete(inst, rec, view)
 
     @contextlib.asynccontextmanager
     async def _claimed(self, inst: Instance) -> AsyncIterator[bool]:
@@ -669,20 +742,29 @@ class JobService:
             if got:
                 await self.store.drop_claim(inst.id, owner)
 
-    async def _complete(self, inst: Instance, rec: WhenDone) -> str | None:
+    async def _complete(self, inst: Instance, rec: WhenDone,
+                        view: QueueView | None = None) -> str | None:
         async with self._claimed(inst) as mine:
             if not mine:
                 return None  # another gputui process is finishing it
             fresh = await self.store.get_instance(inst.id)
-            again = load_when_done(self.services, inst.id)
+            try:
+                again = checked_when_done(self.services, inst)
+            except UnreadableRecord:
+                return None
             if fresh is None or not fresh.status.live or again is None or again.done_at:
                 return None
-            return await self._complete_claimed(fresh, again)
+            return await self._complete_claimed(fresh, again, view)
 
-    async def _complete_claimed(self, inst: Instance, rec: WhenDone) -> str:
-        if rec.pending_pull and inst.status == InstanceStatus.RUNNING:
+    async def _complete_claimed(self, inst: Instance, rec: WhenDone,
+                                view: QueueView | None = None) -> str:
+        if rec.pending_pull and inst.status == InstanceStatus.RUNNING and (
+                view is None or view.poweroff_at is not None
+                and not armed_poweroff(view, await self.store.get_lease(inst.id))[1]):
             # a long pull must not be cut by the queue-end power-off: the lease's own timer
-            # replaces it again (re-arming cancels a pending shutdown and schedules the timer's)
+            # replaces it again (re-arming cancels a pending shutdown and schedules the timer's;
+            # the lease records what it armed, which `gputui jobs NAME` shows). Once: a hold,
+            # retried every few seconds, does not re-arm (and wall-message the host) each time.
             from gputui.services.arming import LeaseArmer
 
             with contextlib.suppress(ServiceError):
@@ -691,12 +773,24 @@ class JobService:
             try:
                 await self.pull_results(inst, rec)
             except (JobError, BadInput) as exc:
-                self._alarm(inst, Deferred(N_(
-                    "{name}: its queue ended but the results could not be pulled ({error}); it "
-                    "is kept, not {done}"), name=inst.name, error=str(exc),
-                    done=_outcome(_POLICY_DONE.get(rec.policy, rec.policy))))
+                self._hold(inst, rec, str(exc))
+                if rec.policy == "keep":
+                    self._alarm(inst, Deferred(N_(
+                        "{name}: its queue ended but the results could not be pulled ({error}); "
+                        "`gputui jobs {name} when-done keep --pull OTHER` pulls another path"),
+                        name=inst.name, error=str(exc)))
+                else:
+                    self._alarm(inst, Deferred(N_(
+                        "{name}: held: results missing ({pulls}) — its queue ended but they "
+                        "could not be pulled ({error}); it is kept, not {done}. "
+                        "`gputui release {name}` releases it anyway; `gputui jobs {name} "
+                        "when-done {policy} --pull OTHER` pulls another path"),
+                        name=inst.name, pulls=_pulls(rec), error=str(exc),
+                        done=_outcome(_POLICY_DONE.get(rec.policy, rec.policy)),
+                        policy=rec.policy))
                 return "kept"
             rec.pulled_at = utcnow().isoformat()
+            rec.held = rec.held_at = None
             save_when_done(self.services, inst.id, rec)
         outcome = "pulled" if rec.pulls else "kept"
         if rec.policy == "release":
@@ -737,8 +831,12 @@ class JobService:
 
     async def results_safe(self, inst: Instance) -> bool:
         """Before an automatic release (timer, idle, budget): True when no result asked for is
-        left on the instance — pulling it now if it can; False (kept, alarm) when it cannot."""
-        rec = load_when_done(self.services, inst.id)
+        left on the instance — pulling it now if it can; False (kept, alarm) when it cannot, or
+        when its when-done record cannot be read (reported once)."""
+        try:
+            rec = checked_when_done(self.services, inst)
+        except UnreadableRecord:
+            return False
         if rec is None or not rec.pending_pull:
             return True
         now = time.monotonic()
@@ -752,17 +850,29 @@ class JobService:
                 try:
                     await self.pull_results(inst, rec)
                     rec.pulled_at = utcnow().isoformat()
+                    rec.held = rec.held_at = None
                     save_when_done(self.services, inst.id, rec)
                     return True
                 except (JobError, BadInput, ServiceError) as exc:
-                    why = str(exc)
+                    why: str | Deferred = str(exc)
+                    self._hold(inst, rec, why)
         else:
             why = Deferred(N_("it is {status}"), status=status_word(inst.status))
         self._alarm(inst, Deferred(N_(
             "{name}: due for release but the results asked for ({pulls}) are not home ({why}); "
-            "kept — pull them, or release it by hand"), name=inst.name, pulls=_pulls(rec),
-            why=why))
+            "kept — `gputui release {name}` releases it anyway; `gputui extend {name}` gives "
+            "its queue more time; `gputui jobs {name} when-done {policy} --pull OTHER` pulls "
+            "another path"), name=inst.name, pulls=_pulls(rec), why=why, policy=rec.policy))
         return False
+
+    def _hold(self, inst: Instance, rec: WhenDone, why: str) -> None:
+        """Record that the results asked for could not be pulled: Home and Jobs say "held:
+        results missing (PATH)" until they come home, the path changes, or it is released."""
+        if rec.held == why:
+            return  # retried every few seconds: written (and redrawn) only when it changes
+        rec.held, rec.held_at = why, utcnow().isoformat()
+        save_when_done(self.services, inst.id, rec)
+        self.store.emit(LeaseChanged(inst.id))
 
     def _alarm(self, inst: Instance, text: Deferred) -> None:
         now = time.monotonic()
@@ -795,13 +905,20 @@ async def release_allowed(services: Services, inst: Instance) -> bool:
 
 def when_done_label(services: Services, instance_id: str, *, short: bool = False) -> str | None:
     """What Home and Jobs show beside the timer: "release when the queue ends" ("release at
-    queue end" when `short`); None when none is set, or it was carried out."""
+    queue end" when `short`); "held: results missing (PATH)" when the results asked for could
+    not be pulled and the release waits for them; None when none is set, or it was carried
+    out."""
     try:
         rec = load_when_done(services, instance_id)
-    except JobError:
-        return None
+    except UnreadableRecord:
+        return _("held: when-done record unreadable")
     if rec is None or rec.done_at is not None or rec.policy == "keep" and not rec.pulls:
         return None
+    if rec.held and rec.pending_pull:
+        paths = _pulls(rec, cells=12 if short else 80)
+        if rec.policy == "keep":
+            return _("results missing ({paths})").format(paths=paths)
+        return _("held: results missing ({paths})").format(paths=paths)
     if short:
         return _({"release": N_("release at queue end"), "stop": N_("stop at queue end"),
                   "keep": N_("pull at queue end")}[rec.policy])
@@ -810,6 +927,62 @@ def when_done_label(services: Services, instance_id: str, *, short: bool = False
                   "stop": N_("stop when the queue ends (pull first)")}[rec.policy])
     return _({"release": N_("release when the queue ends"), "stop": N_("stop when the queue ends"),
               "keep": N_("pull when the queue ends")}[rec.policy])
+
+
+def held_now(services: Services, instance_id: str) -> bool:
+    """The release (or stop) waits on this instance: the results asked for could not be
+    pulled, or its when-done record cannot be read."""
+    try:
+        rec = load_when_done(services, instance_id)
+    except UnreadableRecord:
+        return True
+    return (rec is not None and rec.done_at is None and rec.pending_pull and bool(rec.held)
+            and rec.policy != "keep")
+
+
+def held_reason(services: Services, inst: Instance) -> Deferred:
+    """Why an instance due for release (or whose queue ended) is kept, and the ways out: one
+    line for `gputui reap` and the clock's report."""
+    try:
+        rec = load_when_done(services, inst.id)
+    except UnreadableRecord:
+        return Deferred(N_("{name}: held: its when-done record cannot be read — `gputui jobs "
+                           "{name} when-done POLICY` writes it anew; `gputui release {name}` "
+                           "releases it anyway"), name=inst.name)
+    if rec is not None and rec.pending_pull and rec.held:
+        return Deferred(N_("{name}: held: results missing ({pulls}) — `gputui release {name}` "
+                           "releases it anyway; `gputui jobs {name} when-done {policy} --pull "
+                           "OTHER` pulls another path"), name=inst.name, pulls=_pulls(rec),
+                        policy=rec.policy)
+    if rec is not None and rec.pending_pull:
+        return Deferred(N_("{name}: kept: the results asked for ({pulls}) are not home — "
+                           "`gputui release {name}` releases it anyway"), name=inst.name,
+                        pulls=_pulls(rec))
+    return Deferred(N_("{name}: kept: the results its queue was to bring home are not home"),
+                    name=inst.name)
+
+
+def deadline_warning(services: Services, inst: Instance, mins: int) -> Deferred | None:
+    """The warning before the release time where the release will wait for results that are
+    not home (None: nothing waits, the usual warning)."""
+    try:
+        rec = load_when_done(services, inst.id)
+    except UnreadableRecord:
+        return Deferred(N_("{name} reaches its release time in {mins} min but is held: its "
+                           "when-done record cannot be read, so it is kept, not released — "
+                           "`gputui release {name}` releases it"), name=inst.name, mins=mins)
+    if rec is None or not rec.pending_pull:
+        return None
+    if rec.held:
+        return Deferred(N_("{name} reaches its release time in {mins} min but is held: results "
+                           "missing ({pulls}), so it is kept, not released — `gputui release "
+                           "{name}` releases it anyway; `gputui jobs {name} when-done {policy} "
+                           "--pull OTHER` pulls another path"), name=inst.name, mins=mins,
+                        pulls=_pulls(rec), policy=rec.policy)
+    return Deferred(N_("{name} reaches its release time in {mins} min; the results asked for "
+                       "({pulls}) are not home yet: they are pulled first, and it is kept if "
+                       "they cannot be — on Home, e extends 1 h, E 30 min"), name=inst.name,
+                    mins=mins, pulls=_pulls(rec))
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -900,8 +1073,13 @@ def _not_home(name: str, missing: list[tuple[str, str]], shown_max: int = 5) -> 
         len(missing)).format(name=name, count=len(missing), entries=entries)
 
 
-def _pulls(rec: WhenDone) -> str:
-    return ", ".join(p["remote"] for p in rec.pulls)
+def _pulls(rec: WhenDone, cells: int = 200) -> str:
+    """The remote paths asked for, fit for a terminal (cut in the middle to `cells`)."""
+    from gputui.i18n import truncate_cells
+    from gputui.sanitize import sanitize
+
+    return truncate_cells(sanitize(", ".join(p["remote"] for p in rec.pulls), 1000), cells,
+                          where="middle")
 
 
 def _locals(rec: WhenDone) -> str:
@@ -909,5 +1087,7 @@ def _locals(rec: WhenDone) -> str:
 
 
 __all__ = ["FINAL", "MAX_COMMAND_BYTES", "Job", "JobError", "JobService", "JobSpec", "QueueView",
-           "UnknownJob", "WhenDone", "check_spec", "command_problem", "on_tick", "when_done_label",
-           "parse_gpus", "read_runs_file", "release_allowed", "run_cost"]
+           "UnknownJob", "UnreadableRecord", "WhenDone", "armed_poweroff", "check_spec",
+           "checked_when_done", "command_problem", "deadline_warning", "held_now", "held_reason",
+           "on_tick", "parse_gpus", "read_runs_file", "release_allowed", "run_cost",
+           "when_done_label"]

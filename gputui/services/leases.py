@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from gputui.errors import GputuiError
 from gputui.format import end_reason_word
 from gputui.i18n import N_, Deferred, _
 from gputui.models import EndReason, Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
@@ -71,6 +72,7 @@ class LeaseService(LeaseArmer):
         self._release_gap: dict[str, float] = {}
         self._wallets_read: float | None = None  # when the wallets were last read (runway)
         self._settle_at: dict[str, float] = {}  # a record left mid-create: next look
+        self._tick_errors: dict[str, str] = {}  # instance id -> its last unforeseen error
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -135,71 +137,26 @@ class LeaseService(LeaseArmer):
 
     async def tick(self, now: datetime | None = None, *, refresh: bool = False) -> ReapResult:
         """Warn before deadlines and release what is due. `refresh` asks each provider first
-        (to pick up power-offs that happened while nothing watched)."""
+        (to pick up power-offs that happened while nothing watched). One instance that fails
+        in a way nobody foresaw is reported (once, until the error changes) and skipped: every
+        other instance is still released on time."""
         now = as_utc(now or utcnow())
         result = ReapResult([], [], [])
         leases = {le.instance_id: le for le in await self.store.leases()}
         for inst in await self.store.instances(live_only=True):
-            if refresh or self._left_mid_create(inst):
-                try:
-                    inst = await self.services.refresh(inst)
-                except ServiceError as exc:
-                    result.errors.append(Deferred("{name}: {error}", name=inst.name,
-                                                  error=str(exc)))
-                if not inst.status.live:
-                    continue
-            self._warn_wipe(inst, now)
-            done = await self._jobs_done(inst)  # a queue's when-done: pulled, then released
-            if done == "kept":
-                self._tell_held(inst, "queue")
-            if done in ("released", "kept"):
-                (result.released if done == "released" else result.errors).append(
-                    inst.name if done == "released" else
-                    Deferred(N_("{name}: kept: the results its queue was to bring home are not "
-                                "home"), name=inst.name))
-                continue
-            lease = leases.get(inst.id)
-            if lease is None or lease.state != LeaseState.ACTIVE:
-                continue
-            reason = self._due(inst, lease, now)
-            if reason in ("timer", "idle") and self._stops_at_deadline(inst):
-                await self._power_off_at_deadline(inst, reason, result)
-                continue
-            if reason and not await self._results_home(inst):
-                result.errors.append(Deferred(N_("{name}: kept: its results are not pulled yet"),
-                                              name=inst.name))
-                at = lease.release_at.isoformat() if lease.release_at else ""
-                self._tell_held(inst, f"{reason}:{at}")
-                continue
-            if reason:
-                # a release that failed (already retried with backoff, STILL BILLING raised)
-                # is tried again later, 30 s doubling to 10 min: not on every tick
-                if time.monotonic() < self._release_retry_at.get(inst.id, 0.0):
-                    result.errors.append(Deferred(N_("{name}: STILL BILLING — release failed; "
-                                                     "retrying"), name=inst.name))
-                    continue
-                try:
-                    if await self.services.release(inst, reason) is None:
-                        continue  # released (or being released) by another process
-                    result.released.append(inst.name)
-                    self._release_retry_at.pop(inst.id, None)
-                    self._release_gap.pop(inst.id, None)
-                    self.store.notify(Deferred(N_("{name} released ({reason})"), name=inst.name,
-                                               reason=end_reason_word(reason)), "information",
-                                      bell=True, instance_id=inst.id)
-                except ServiceError as exc:
-                    result.errors.append(str(exc))
-                    gap = min(600.0, self._release_gap.get(inst.id, 15.0) * 2)
-                    self._release_gap[inst.id] = gap
-                    self._release_retry_at[inst.id] = time.monotonic() + gap
-                    self.store.notify(Deferred(N_("{name}: could not release: {error}"),
-                                               name=inst.name, error=str(exc)), "error",
-                                      bell=True, instance_id=inst.id)
-                continue
-            if inst.status == InstanceStatus.RUNNING:
-                await self._rearm(inst, lease, verify=refresh and inst.id not in self._verified,
-                                  result=result)
-            await self._warn(inst, lease, now, result)
+            try:
+                await self._tick_one(inst, leases.get(inst.id), now, refresh, result)
+            except Exception as exc:  # noqa: BLE001 - one instance never stops the others
+                error = str(exc) if isinstance(exc, GputuiError) else f"{type(exc).__name__}: {exc}"
+                line = Deferred("{name}: {error}", name=inst.name, error=error)
+                result.errors.append(line)
+                if self._tick_errors.get(inst.id) != error:
+                    self._tick_errors[inst.id] = error
+                    self.store.notify(Deferred(N_("auto-release check of {name} failed: "
+                                                  "{error}"), name=inst.name, error=error),
+                                      "error", instance_id=inst.id)
+            else:
+                self._tick_errors.pop(inst.id, None)
         await self._budgets(now, result)
         await self._wallets(now)
         if refresh and (self._swept is None or time.monotonic() - self._swept >= SWEEP_EVERY_S):
@@ -218,6 +175,73 @@ class LeaseService(LeaseArmer):
             return False
         self._settle_at[inst.id] = now + SETTLE_EVERY_S
         return True
+
+    async def _tick_one(self, inst: Instance, lease: Lease | None, now: datetime, refresh: bool,
+                        result: ReapResult) -> None:
+        if refresh or self._left_mid_create(inst):
+            try:
+                inst = await self.services.refresh(inst)
+            except ServiceError as exc:
+                result.errors.append(Deferred("{name}: {error}", name=inst.name,
+                                              error=str(exc)))
+            if not inst.status.live:
+                return
+        self._warn_wipe(inst, now)
+        done = await self._jobs_done(inst)  # a queue's when-done: pulled, then released
+        if done == "released":
+            result.released.append(inst.name)
+            return
+        if done == "kept":
+            self._tell_held(inst, "queue")
+            result.errors.append(self._held(inst))
+            return
+        if lease is None or lease.state != LeaseState.ACTIVE:
+            return
+        reason = self._due(inst, lease, now)
+        if reason in ("timer", "idle") and self._stops_at_deadline(inst):
+            await self._power_off_at_deadline(inst, reason, result)
+            return
+        if reason and not await self._results_home(inst):
+            result.errors.append(self._held(inst))
+            at = lease.release_at.isoformat() if lease.release_at else ""
+            self._tell_held(inst, f"{reason}:{at}")
+            return
+        if reason:
+            # a release that failed (already retried with backoff, STILL BILLING raised)
+            # is tried again later, 30 s doubling to 10 min: not on every tick
+            if time.monotonic() < self._release_retry_at.get(inst.id, 0.0):
+                result.errors.append(Deferred(N_("{name}: STILL BILLING — release failed; "
+                                                 "retrying"), name=inst.name))
+                return
+            try:
+                if await self.services.release(inst, reason) is None:
+                    return  # released (or being released) by another process
+                result.released.append(inst.name)
+                self._release_retry_at.pop(inst.id, None)
+                self._release_gap.pop(inst.id, None)
+                self.store.notify(Deferred(N_("{name} released ({reason})"), name=inst.name,
+                                           reason=end_reason_word(reason)), "information",
+                                  bell=True, instance_id=inst.id)
+            except ServiceError as exc:
+                result.errors.append(str(exc))
+                gap = min(600.0, self._release_gap.get(inst.id, 15.0) * 2)
+                self._release_gap[inst.id] = gap
+                self._release_retry_at[inst.id] = time.monotonic() + gap
+                self.store.notify(Deferred(N_("{name}: could not release: {error}"),
+                                           name=inst.name, error=str(exc)), "error",
+                                  bell=True, instance_id=inst.id)
+            return
+        if inst.status == InstanceStatus.RUNNING:
+            await self._rearm(inst, lease, verify=refresh and inst.id not in self._verified,
+                              result=result)
+        await self._warn(inst, lease, now, result)
+
+    def _held(self, inst: Instance) -> Deferred:
+        """Why it is kept (results not home, a when-done record that cannot be read) and the
+        ways out."""
+        from gputui.services.jobs import held_reason
+
+        return held_reason(self.services, inst)
 
     async def _jobs_done(self, inst: Instance) -> str | None:
         """What a jobs queue's when-done policy did ("released", "kept"...), if anything."""
@@ -410,9 +434,13 @@ class LeaseService(LeaseArmer):
 
                 await self.store.update_lease(inst.id, warned)
                 mins = max(1, math.ceil(left / 60))
-                self.store.notify(Deferred(N_(
+                from gputui.services.jobs import deadline_warning
+
+                # where the release waits for results that are not home, the warning says so
+                text = deadline_warning(self.services, inst, mins) or Deferred(N_(
                     "{name} will be released in {mins} min — on Home, e extends 1 h, E 30 min"),
-                    name=inst.name, mins=mins), "warning", bell=True, instance_id=inst.id)
+                    name=inst.name, mins=mins)
+                self.store.notify(text, "warning", bell=True, instance_id=inst.id)
                 result.warned.append(inst.name)
                 self._tell_deadline(inst, lease, minutes, mins)
                 break

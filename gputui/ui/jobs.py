@@ -287,11 +287,16 @@ class JobsScreen(BaseScreen):
             head.update(_("No running instance. Rent one with [b]n[/b]; queue runs here or "
                           "with `gputui jobs NAME add -- CMD`."))
             return
-        from gputui.services.jobs import when_done_label
+        from gputui.services.jobs import held_now, when_done_label
 
-        label = when_done_label(self.gapp.services, self.instance.id) or _("keep (w to change)")
-        head.update(_("[b]{name}[/b] · {status} · when done: {label}").format(
-            name=escape(self.instance.name), status=escape(self._status), label=escape(label)))
+        services, iid = self.gapp.services, self.instance.id
+        label = when_done_label(services, iid) or _("keep (w to change)")
+        text = _("[b]{name}[/b] · {status} · when done: {label}").format(
+            name=escape(self.instance.name), status=escape(self._status), label=escape(label))
+        if held_now(services, iid):  # the ways out of a hold
+            text += "\n" + _("Held, not released: [b]r[/b] on Home releases it anyway; [b]w[/b] "
+                             "here pulls another path.")
+        head.update(text)
 
     # -- the log ------------------------------------------------------------------------------
     def _selected_id(self) -> str | None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from tests.conftest import GPUTUI, run_gputui_env
@@ -155,6 +157,76 @@ def test_powered_off_with_results_not_home_is_started_pulled_then_released(gputu
     assert (tmp_path / "out" / "r.txt").read_text() == "done\n"  # the result came home first
     [inst] = json.loads(gputui(gputui_home, "instances", "--json", "--all").stdout)
     assert inst["status"] == "released"
+
+
+def _clock(text: str) -> int:
+    """Minutes since midnight of an HH:MM."""
+    hours, minutes = text.split(":")
+    return int(hours) * 60 + int(minutes)
+
+
+def test_results_that_never_appear_hold_the_release_and_say_the_ways_out(gputui_home: Path,
+                                                                          tmp_path: Path):
+    """A run that fails before it writes its results: the release is held (right), and every
+    place says so — "held: results missing (PATH)" with `gputui release NAME` and `when-done
+    --pull OTHER` — and the power-off shown is the one armed on the instance once the lease's
+    timer took it back from the queue's end."""
+    from gputui.models import utcnow
+    from gputui.sandbox.shims.state import power_state
+
+    iid = create(gputui_home, "nores")  # released in 2 h
+    root = gputui_home / "sandbox" / "instances" / iid
+    add = gputui(gputui_home, "jobs", "nores", "add", "--",
+                 "while [ ! -e go ]; do sleep 0.2; done; echo crashed early; exit 3")
+    assert add.returncode == 0, add.stderr
+    wd = gputui(gputui_home, "jobs", "nores", "when-done", "release", "--pull", "results",
+                "--to", str(tmp_path / "results"))  # the queue's end powers off in 10 min
+    assert wd.returncode == 0, wd.stderr
+    (root / "go").touch()
+    end = root / ".gputui" / "jobs" / "queue_end.json"
+    wait_for(end)
+    for _ in range(100):
+        if json.loads(end.read_text()).get("poweroff_at"):
+            break
+        time.sleep(0.1)
+    queue_off = power_state(root).at  # `shutdown -h +10`, by the runner
+    assert queue_off is not None and queue_off - utcnow() < timedelta(minutes=11)
+
+    reap = gputui(gputui_home, "reap", "--json")
+    assert reap.returncode == 1, reap.stderr
+    report = json.loads(reap.stdout)
+    assert report["released"] == []
+    [held] = report["errors"]
+    assert held.startswith("nores: held: results missing (results)"), held
+    assert "`gputui release nores` releases it anyway" in held
+    assert "`gputui jobs nores when-done release --pull OTHER` pulls another path" in held
+    assert json.loads(gputui(gputui_home, "instances", "--json").stdout)[0]["status"] == "running"
+
+    armed = power_state(root).at  # the lease's timer replaced the queue's 10 minutes
+    assert armed is not None and armed - queue_off > timedelta(minutes=100)
+    requested = power_state(root).requested_at
+    again = gputui(gputui_home, "reap", "--json")  # still held; the pull is tried again...
+    assert again.returncode == 1 and json.loads(again.stdout)["errors"] == [held]
+    assert power_state(root).requested_at == requested  # ...but the host's timer is not re-set
+    listed = gputui(gputui_home, "jobs", "nores")
+    assert listed.returncode == 0, listed.stderr
+    text = listed.stdout
+    assert "held: results missing (results): " in text and "no such file" in text, text
+    assert "`gputui release nores` releases it anyway" in text
+    assert "when-done release --pull OTHER" in text
+    shown = re.search(r"it powers off at (\d\d:\d\d), at its release timer", text)
+    assert shown is not None, text
+    assert abs(_clock(shown.group(1)) - _clock(f"{armed.astimezone():%H:%M}")) <= 1, (
+        shown.group(1), armed)
+
+    # the way out: another path (here the results were written elsewhere)
+    (root / "elsewhere").mkdir()
+    (root / "elsewhere" / "metrics.txt").write_text("0.93\n")
+    fixed = gputui(gputui_home, "jobs", "nores", "when-done", "release", "--pull", "elsewhere",
+                   "--to", str(tmp_path / "elsewhere"))
+    assert fixed.returncode == 0, fixed.stderr
+    assert "done now: released" in fixed.stdout
+    assert (tmp_path / "elsewhere" / "metrics.txt").read_text() == "0.93\n"
 
 
 def test_bad_input_is_one_line_exit_2_and_nothing_queued(gputui_home: Path, tmp_path: Path):

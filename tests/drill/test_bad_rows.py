@@ -81,3 +81,61 @@ def test_a_second_store_in_one_process_keeps_the_wal_safe(gputui_home: Path):
     assert second.get_lease_sync("a").warned == [10]
     first.close()
     second.close()
+
+
+def test_an_unreadable_when_done_record_holds_only_its_own_instance(gputui_home: Path):
+    """A when-done record cut short (a full disk, a hand edit) is reported once and its
+    instance held; every other instance is still released at its deadline, and
+    `gputui reap --json` still prints JSON."""
+    ids = {}
+    for name in ("broken", "overdue"):
+        made = gputui(gputui_home, "create", "--gpu", "4090", "--name", name,
+                      "--release-after", "1h", "--json")
+        assert made.returncode == 0, made.stderr
+        ids[name] = json.loads(made.stdout)["id"]
+    record = gputui_home / "jobs" / f"{ids['broken']}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text('{"policy": "release", "pulls": [{"remote": "out", "lo')
+    store = SessionStore(gputui_home / "state.db")
+    store.update_lease_sync(ids["overdue"], lambda le: le.model_copy(
+        update={"release_at": utcnow() - timedelta(minutes=1)}))
+
+    reaped = gputui(gputui_home, "reap", "--json")
+    assert reaped.returncode == 0, reaped.stderr
+    report = json.loads(reaped.stdout)
+    assert report["released"] == ["overdue"] and report["errors"] == []
+    [bad] = report["unreadable"]
+    assert str(record) in bad and "broken is held" in bad and "when-done POLICY" in bad
+    assert record.read_text().endswith('"lo')  # left untouched
+
+    # the same as text: the bad record said once, on stderr; exit 0 (nothing due was kept)
+    text = gputui(gputui_home, "reap")
+    assert text.returncode == 0, text.stderr
+    assert text.stderr.count("unreadable when-done record") == 1, text.stderr
+
+    # its queue still works, and says why it is held and how out
+    added = gputui(gputui_home, "jobs", "broken", "add", "--", "true")
+    assert added.returncode == 0 and added.stdout.split() == ["1"], added.stderr
+    listed = gputui(gputui_home, "jobs", "broken")
+    assert listed.returncode == 0, listed.stderr
+    assert "when done: held: when-done record unreadable — " in listed.stdout
+    assert "`gputui release broken` releases it" in listed.stdout
+    assert record.read_text().endswith('"lo')  # still untouched
+
+    # when the held instance is itself due, it is kept and `reap` says why and how out
+    store.update_lease_sync(ids["broken"], lambda le: le.model_copy(
+        update={"release_at": utcnow() - timedelta(minutes=1)}))
+    due = gputui(gputui_home, "reap", "--json")
+    assert due.returncode == 1
+    report = json.loads(due.stdout)
+    assert report["released"] == [] and len(report["unreadable"]) == 1
+    [held] = report["errors"]
+    assert held.startswith("broken: held: its when-done record cannot be read")
+    assert "gputui release broken" in held
+    assert store.get_instance_sync(ids["broken"]).status.live
+
+    # writing the record anew ends the hold: the next reap releases it
+    record.write_text(json.dumps({"policy": "release", "pulls": []}))
+    fixed = gputui(gputui_home, "reap", "--json")
+    assert fixed.returncode == 0, fixed.stderr
+    assert json.loads(fixed.stdout) == {"released": ["broken"], "errors": [], "unreadable": []}

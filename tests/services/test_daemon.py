@@ -344,3 +344,67 @@ async def test_a_daemon_alone_pulls_the_results_and_releases_when_the_queue_ends
     text = log.read_text()
     assert f"queue: queue done — released, results in {results}" in text, text
     assert "error" not in text, text
+
+
+async def test_an_unreadable_when_done_record_is_said_once_and_the_others_are_released(
+        services, monkeypatch: pytest.MonkeyPatch):
+    """One instance's when-done record cut short: the daemon says so once (again only when the
+    record changes), holds that instance, and releases the other at its deadline."""
+    from gputui.services import jobs as jobs_module
+
+    monkeypatch.setattr(jobs_module, "CHECK_EVERY_S", 0.0)  # every step looks at every record
+    broken = await _sandbox_instance(services, "broken", Lease(
+        instance_id="x", release_at=utcnow() - timedelta(minutes=1)))
+    due = await _sandbox_instance(services, "due", Lease(
+        instance_id="x", release_at=utcnow() + timedelta(hours=2)))
+    record = services.state_dir / "jobs" / f"{broken.id}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text('{"policy": "rel')
+    services.store.update_lease_sync(due.id, lambda le: le.model_copy(
+        update={"release_at": utcnow() - timedelta(minutes=1)}))
+    notices: list[tuple[str, str]] = []
+    daemon = Daemon(services, on_notice=lambda n: notices.append((n.severity, n.text)))
+    try:
+        for _ in range(6):  # six seconds of the daemon's clock
+            await daemon.step()
+        assert not services.store.get_instance_sync(due.id).status.live
+        assert services.store.get_instance_sync(broken.id).status.live  # held
+        errors = [text for severity, text in notices if severity == "error"]
+        assert len(errors) == 1, notices
+        assert str(record) in errors[0] and "broken is held" in errors[0]
+        assert daemon.errors == 0  # the clock itself never failed
+        from gputui.services.jobs import when_done_label
+
+        assert when_done_label(services, broken.id, short=True) == \
+            "held: when-done record unreadable"  # what Home shows beside its timer
+
+        record.write_text('{"policy": "release", "pulls": 3}')  # changed, still bad: said again
+        for _ in range(3):
+            await daemon.step()
+        errors = [text for severity, text in notices if severity == "error"]
+        assert len(errors) == 2 and "pulls is not a list" in errors[1], notices
+    finally:
+        await daemon.telemetry.close()
+
+
+async def test_a_failing_clock_is_logged_once_until_the_error_changes(services,
+                                                                       monkeypatch):
+    notices: list[str] = []
+    daemon = Daemon(services, on_notice=lambda n: notices.append(n.text))
+    error = ["disk I/O error"]
+
+    async def broken_tick(**_kw):
+        raise OSError(error[0])
+
+    monkeypatch.setattr(daemon.leases, "tick", broken_tick)
+    try:
+        for _ in range(5):
+            await daemon.step()
+        assert daemon.errors == 5
+        assert notices == ["auto-release check failed: OSError: disk I/O error"]
+        error[0] = "database is locked"
+        await daemon.step()
+        await daemon.step()
+        assert notices[1:] == ["auto-release check failed: OSError: database is locked"]
+    finally:
+        await daemon.telemetry.close()

@@ -416,3 +416,44 @@ async def test_a_timed_release_is_held_while_a_linked_result_cannot_come(service
     await jobs.wait(inst)
     assert await release_allowed(services, inst) is False
     assert (await services.store.get_instance(inst.id)).status == InstanceStatus.RUNNING
+
+
+async def test_deadline_warnings_say_the_results_are_not_home(services: Services, tmp_path: Path):
+    """Before the release time, where the release waits for results: the warning says they are
+    not home (pulled first), and once their pull failed, that it is held and the ways out."""
+    from datetime import timedelta
+
+    from gputui.models import utcnow
+    from gputui.services.leases import LeaseService
+    from gputui.store import Notice
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("while [ ! -e go ]; do sleep 0.2; done; exit 3", name="early")])
+    await jobs.set_when_done(inst, "release", pulls=[("results", str(tmp_path / "results"))])
+    warnings: list[str] = []
+    services.store.subscribe(lambda e: warnings.append(e.text) if isinstance(e, Notice)
+                             and e.severity == "warning" else None)
+    leases = LeaseService(services, warn_minutes=(10,))
+
+    def due_in_five_minutes() -> None:
+        services.store.update_lease_sync(inst.id, lambda le: le.model_copy(update={
+            "release_at": utcnow() + timedelta(minutes=5), "warned": []}))
+
+    due_in_five_minutes()
+    await leases.tick()
+    assert warnings[-1] == (
+        f"{inst.name} reaches its release time in 5 min; the results asked for (results) are "
+        "not home yet: they are pulled first, and it is kept if they cannot be — on Home, e "
+        "extends 1 h, E 30 min")
+
+    (root_of(services, inst) / "go").touch()
+    await jobs.wait(inst)
+    assert await jobs.finish(inst, force=True) == "kept"  # nothing to pull: held
+    due_in_five_minutes()
+    await leases.tick()
+    assert warnings[-1].startswith(
+        f"{inst.name} reaches its release time in 5 min but is held: results missing (results), "
+        "so it is kept, not released"), warnings[-1]
+    assert f"`gputui release {inst.name}` releases it anyway" in warnings[-1]
+    assert "will be released" not in " ".join(warnings)

@@ -220,3 +220,35 @@ async def test_console_start_pulls_and_releases_a_finished_queue(services: Servi
                     "released by the console's clock", deadline_s=90)
     assert (tmp_path / "out" / "r.txt").read_text() == "ok\n"
     assert services.store.get_instance_sync(inst.id).end_reason == "done"
+
+
+async def test_results_that_never_appear_show_held_on_home_and_jobs(services: Services,
+                                                                     tmp_path):
+    """The run fails before it writes its results: the console's clock holds the release, and
+    Home and Jobs say "held: results missing (PATH)" — not "release at queue end" — with the
+    ways out on Jobs."""
+    from gputui.ui.home import HomeScreen
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("while [ ! -e go ]; do sleep 0.2; done; exit 3", name="early")])
+    await jobs.set_when_done(inst, "release", pulls=[("results", str(tmp_path / "results"))])
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, HomeScreen), "Home")
+        table = app.screen.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 1, "the instance on Home")
+        assert "release at queue end" in cell(table, inst.id, "release")
+        (services.state_dir / "sandbox" / "instances" / inst.id / "go").touch()  # it fails
+        await until(pilot, lambda: "held: results missing (results)" in cell(
+            table, inst.id, "release"), "held on Home", deadline_s=90)
+        assert "queue end" not in cell(table, inst.id, "release")
+        assert services.store.get_instance_sync(inst.id).status.live  # kept
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the Jobs screen")
+        head = app.screen.query_one("#jobs-head", Static)
+        await until(pilot, lambda: "held: results missing (results)" in str(head.render()),
+                    "held on Jobs")
+        text = str(head.render())
+        assert "r on Home releases it anyway" in text and "w here pulls another path" in text
+        assert "(pull first)" not in text
