@@ -385,7 +385,7 @@ def test_results_through_links_come_home_or_the_release_is_held(gputui_home: Pat
     reap = gputui(gputui_home, "reap", "--json")  # kept again: an error to report, exit 1
     held = json.loads(reap.stdout)
     assert reap.returncode == 1 and held["released"] == []
-    assert any("lnk: kept" in e for e in held["errors"]), held
+    assert any("lnk: held: results missing (out2)" in e for e in held["errors"]), held
     # fixed on the instance: the next look pulls it and releases
     (root / "out2" / "gone.pt").unlink()
     reap = gputui(gputui_home, "reap", "--json")
