@@ -75,7 +75,13 @@ def cmd_create(args: argparse.Namespace) -> int:
                                EXIT_BAD_INPUT) from None
         lease = _lease_from_args(args, services)
         progress = None if args.json else (lambda m: print(f"  {status_text(m)}", file=sys.stderr))
-        inst = await services.create(args.provider, offer, request, lease=lease, progress=progress)
+        if args.wait:  # retry while the provider says the card is sold out (gputui/cli/waiting.py)
+            from gputui.cli.waiting import create_wait
+
+            inst = await create_wait(services, args, offer, request, lease)
+        else:
+            inst = await services.create(args.provider, offer, request, lease=lease,
+                                         progress=progress)
         inst = await _arm_lease(services, inst)
         view = instance_view(inst, services.store.get_lease_sync(inst.id))
         if args.json:
@@ -380,6 +386,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--disk", type=float, default=50, help=_("disk in GB (default 50)"))
     s.add_argument("--image", help=_("image, where the provider has images"))
     s.add_argument("--json", action="store_true", help=_("print the instance as JSON"))
+    s.add_argument("--wait", metavar="DURATION",
+                   help=_("if the card is sold out, keep trying this long (e.g. 2h; at least "
+                          "20 s between tries)"))
     _timer_flags(s)
     s.set_defaults(handler=cmd_create)
 

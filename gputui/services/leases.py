@@ -141,6 +141,13 @@ class LeaseService(LeaseArmer):
                 if not inst.status.live:
                     continue
             self._warn_wipe(inst, now)
+            if inst.status == InstanceStatus.STOPPED:  # AutoDL's 15-day wipe: the keeper
+                from gputui.services.keeper import session_keeper
+
+                if await session_keeper(self.services).tick(inst, leases.get(inst.id),
+                                                            now) == "kept":
+                    self._wipe_warned.discard(inst.id)
+                    continue
             done = await self._jobs_done(inst)  # a queue's when-done: pulled, then released
             if done == "kept":
                 self._tell_held(inst, "queue")
