@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from gputui.cli.output import EXIT_BAD_INPUT, CommandError, status_text
-from gputui.i18n import Deferred, _, shown
+from gputui.i18n import Deferred, _, ngettext, shown
 
 MAX_WAIT = timedelta(days=7)
 
@@ -59,9 +59,12 @@ async def create_wait(services: Any, args: argparse.Namespace, offer: Any, reque
         return await create_waiting(services, args.provider, offer, request, plan, lease=lease,
                                     keep_span=keep_span, progress=printer(args))
     except asyncio.CancelledError:
-        _interrupted(_("stopped waiting for a card after {tries} tries (Ctrl-C); nothing was "
-                       "rented, unless the last try's answer was lost: `gputui instances` shows "
-                       "{name} until that is known").format(tries=plan.tries, name=request.name)
+        _interrupted(ngettext(
+            "stopped waiting for a card after {tries} try (Ctrl-C); nothing was rented, unless "
+            "that try's answer was lost: `gputui instances` shows {name} until that is known",
+            "stopped waiting for a card after {tries} tries (Ctrl-C); nothing was rented, "
+            "unless the last try's answer was lost: `gputui instances` shows {name} until that "
+            "is known", plan.tries).format(tries=plan.tries, name=request.name)
                      if plan.tries else _("stopped (Ctrl-C); nothing was rented"))
         raise
 
@@ -74,6 +77,8 @@ async def start_wait(services: Any, args: argparse.Namespace, inst: Any) -> Any:
     try:
         return await start_waiting(services, inst, plan, progress=printer(args))
     except asyncio.CancelledError:
-        _interrupted(_("stopped waiting for a free GPU after {tries} tries (Ctrl-C); {name} "
-                       "stays stopped").format(tries=plan.tries, name=inst.name))
+        _interrupted(ngettext(
+            "stopped waiting for a free GPU after {tries} try (Ctrl-C); {name} stays stopped",
+            "stopped waiting for a free GPU after {tries} tries (Ctrl-C); {name} stays stopped",
+            plan.tries).format(tries=plan.tries, name=inst.name))
         raise

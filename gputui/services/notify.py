@@ -344,13 +344,13 @@ def wipe_soon(inst: Instance, clock: str, discriminator: str = "") -> NotifyEven
         discriminator=discriminator, severity="warning")
 
 
-def card_found(inst: Instance, tries: int, waited: str, what: str = "create",
+def card_found(inst: Instance, tries: str, waited: str, what: str = "create",
                since: str = "") -> NotifyEvent:
     """`--wait` found a free card: the instance is created (or started) and bills from now."""
     title = (Deferred(N_("{name}: a card was free — it is starting"), name=inst.name)
              if what == "create" else
              Deferred(N_("{name}: its machine had a free GPU — it is starting"), name=inst.name))
-    body = Deferred(N_("{name}: {count}× {gpu} on {provider} after {tries} tries ({waited} of "
+    body = Deferred(N_("{name}: {count}× {gpu} on {provider} after {tries} ({waited} of "
                        "waiting); it bills from now."), name=inst.name, count=inst.gpu_count,
                     gpu=inst.gpu, provider=inst.provider, tries=tries, waited=waited)
     return NotifyEvent("card_found", inst.id, inst.name, title, body,

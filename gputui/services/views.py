@@ -73,7 +73,7 @@ def disks_view(inst: Instance) -> dict | None:
 def disk_warning(which: str, pct: float) -> Deferred:
     """"the data disk is 93 % full": English as JSON keeps it; `shown()` translates it."""
     disk = Deferred(N_("the system disk")) if which == "system" else Deferred(N_("the data disk"))
-    return Deferred(N_("{disk} is {pct} % full — runs fail when it fills"), disk=disk,
+    return Deferred(N_("{disk} is at {pct} % — runs fail when it fills"), disk=disk,
                     pct=f"{pct:.0f}")
 
 

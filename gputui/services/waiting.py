@@ -95,6 +95,11 @@ class WaitPlan:
         return True
 
 
+def _count(n: int) -> Deferred:
+    """"1 try" / "3 tries", translated where shown."""
+    return Deferred(N_("1 try")) if n == 1 else Deferred(N_("{n} tries"), n=n)
+
+
 def _span(seconds: float) -> str:
     from gputui.format import format_remaining
 
@@ -142,8 +147,8 @@ async def create_waiting(services: Services, provider_name: str, offer: Offer,
         if release_at is not None and release_at <= now:
             await services._fail(inst, Deferred(N_("stopped waiting: the release time passed")))
             raise WaitExpired(Deferred(
-                N_("{name}: the release time passed while waiting for a card ({tries} tries); "
-                   "nothing was rented"), name=inst.name, tries=plan.tries - 1))
+                N_("{name}: the release time passed while waiting for a card ({tries}); "
+                   "nothing was rented"), name=inst.name, tries=_count(plan.tries - 1)))
         if release_at != lease.release_at:
             def move(le: Lease, at: datetime | None = release_at) -> Lease:
                 return le.model_copy(update={"release_at": at})
@@ -174,26 +179,26 @@ async def create_waiting(services: Services, provider_name: str, offer: Offer,
                 again = await plan.pause(say, Deferred(N_("no {gpu} free"), gpu=offer.gpu))
             except asyncio.CancelledError:
                 await asyncio.shield(services._fail(inst, Deferred(
-                    N_("stopped waiting for a card after {tries} tries: nothing was rented"),
-                    tries=plan.tries)))
+                    N_("stopped waiting for a card after {tries}: nothing was rented"),
+                    tries=_count(plan.tries))))
                 raise
             if not again:
                 await services._fail(inst, Deferred(
-                    N_("no card free within {limit} ({tries} tries): nothing was rented"),
-                    limit=_span(plan.limit.total_seconds()), tries=plan.tries))
+                    N_("no card free within {limit} ({tries}): nothing was rented"),
+                    limit=_span(plan.limit.total_seconds()), tries=_count(plan.tries)))
                 raise WaitExpired(Deferred(
-                    N_("{name}: no {gpu} was free within {limit} ({tries} tries); nothing was "
+                    N_("{name}: no {gpu} was free within {limit} ({tries}); nothing was "
                        "rented"), name=inst.name, gpu=offer.gpu,
-                    limit=_span(plan.limit.total_seconds()), tries=plan.tries)) from None
+                    limit=_span(plan.limit.total_seconds()), tries=_count(plan.tries))) from None
             continue
         break
     inst = made
     await store.put_instance(inst)
     waited = _span(plan.waited())
-    store.notify(Deferred(N_("{name}: a card was free after {tries} tries ({waited}); it is "
-                             "starting and bills from now"), name=inst.name, tries=plan.tries,
-                          waited=waited), "information", bell=True, instance_id=inst.id)
-    notify_event(services, card_found(inst, plan.tries, waited, "create",
+    store.notify(Deferred(N_("{name}: a card was free after {tries} ({waited}); it is "
+                             "starting and bills from now"), name=inst.name,
+                          tries=_count(plan.tries), waited=waited), "information", bell=True, instance_id=inst.id)
+    notify_event(services, card_found(inst, _count(plan.tries), waited, "create",
                                       inst.created_at.isoformat()))
     say("booting")
     try:
@@ -230,17 +235,17 @@ async def start_waiting(services: Services, inst: Instance, plan: WaitPlan, *,
             inst = now
             if not await plan.pause(say, Deferred(N_("no free GPU on its machine"))):
                 raise WaitExpired(Deferred(
-                    N_("{name}: its machine had no free GPU within {limit} ({tries} tries); it "
+                    N_("{name}: its machine had no free GPU within {limit} ({tries}); it "
                        "stays stopped"), name=inst.name, limit=_span(plan.limit.total_seconds()),
-                    tries=plan.tries)) from None
+                    tries=_count(plan.tries))) from None
             continue
         if plan.tries > 1:
             waited = _span(plan.waited())
             services.store.notify(Deferred(
-                N_("{name}: its machine had a free GPU after {tries} tries ({waited}); it is "
-                   "running"), name=fresh.name, tries=plan.tries, waited=waited),
+                N_("{name}: its machine had a free GPU after {tries} ({waited}); it is "
+                   "running"), name=fresh.name, tries=_count(plan.tries), waited=waited),
                 "information", bell=True, instance_id=fresh.id)
-            notify_event(services, card_found(fresh, plan.tries, waited, "start", since))
+            notify_event(services, card_found(fresh, _count(plan.tries), waited, "start", since))
         return fresh
 
 
