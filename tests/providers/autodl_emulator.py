@@ -148,7 +148,7 @@ class PasswordInstanceServer(InstanceServer):
         self._acceptor = await asyncssh.listen(
             host="127.0.0.1", port=port, server_factory=lambda: _Conn(self),
             server_host_keys=[self._host_key], process_factory=self._session, encoding=None,
-            line_editor=False, allow_scp=False, sftp_factory=None, agent_forwarding=False,
+            line_editor=False, allow_scp=True, sftp_factory=self._sftp, agent_forwarding=False,
             x11_forwarding=False, password_auth=True, kbdint_auth=False, host_based_auth=False,
             public_key_auth=False, gss_host=None, config=None, login_timeout=30,
             keepalive_interval=15, keepalive_count_max=3)

@@ -294,6 +294,7 @@ async def test_the_keeper_powers_it_on_and_off_before_the_wipe(services: Service
     inst = await rent(services, Lease(instance_id="x", no_timer_confirmed=True))
     stopped = await services.stop(inst)
     before_wipe = emu.wipe_at(inst.provider_id)
+    cycles = len(emu.instances[inst.provider_id].cycles)
     keeper = Keeper(services)
     lease = services.store.get_lease_sync(inst.id)
     # off by default; not yet due
@@ -316,7 +317,10 @@ async def test_the_keeper_powers_it_on_and_off_before_the_wipe(services: Service
     assert fresh.status == InstanceStatus.STOPPED
     after = emu.wipe_at(inst.provider_id)
     assert after is not None and before_wipe is not None and after > before_wipe
-    assert fresh.compute_cost() > stopped.compute_cost()  # it cost the minutes it ran
+    # one power cycle that ran (and billed) between on and off
+    run = emu.instances[inst.provider_id].cycles
+    assert len(run) == cycles + 1 and run[-1].off_at is not None
+    assert run[-1].off_at > run[-1].running_from
 
 
 async def test_the_keeper_runs_in_the_lease_tick_from_config(gputui_home: Path,
@@ -346,7 +350,7 @@ async def test_disks_use_in_json_with_a_warning_at_90_percent(services: Services
                                                               emu: AutoDLEmulator):
     inst = await rent(services)
     view = instance_view(services.store.get_instance_sync(inst.id), None)
-    assert view["disks"]["system"]["percent"] == 40.0  # 12 of 30 GB
+    assert view["disks"]["system"]["percent"] == 24.0  # 12 of 30 + 20 GB (--disk 50)
     assert view["disks"]["data"]["total_bytes"] == 50 << 30 and view["disks"]["warnings"] == []
     emu.use_disk(inst.provider_id, data_gb=47)
     fresh = await services.refresh(inst)
