@@ -384,3 +384,29 @@ async def test_push_lands_on_the_data_disk_from_the_cli(gputui_home: Path, emu: 
     box = emu.instances[inst.provider_id].root
     assert box is not None and (box / "autodl-tmp" / "proj" / "train.py").exists()
     assert not (box / "proj").exists()
+
+
+async def test_the_stop_dialog_in_chinese_says_the_wipe_date_and_the_timer(
+        gputui_home: Path, emu: AutoDLEmulator):
+    from gputui.app import GpuTuiApp
+    from gputui.i18n import set_language
+    from tests.ui.waits import question
+
+    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home)
+    attach(svc, emu)
+    await rent(svc, Lease(instance_id="x", release_at=utcnow() + timedelta(hours=2)),
+               name="train")
+    set_language("zh")
+    try:
+        app = GpuTuiApp(config=Config(), store=svc.store, services=svc, remember_theme=False,
+                        background=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("s")
+            text = await question(pilot)
+            wipe = (utcnow() + timedelta(days=15)).astimezone()
+            assert f"autodl 将于 {wipe:%Y-%m-%d}" in text and "关机 15 天后释放" in text, text
+            assert "释放计时器仍在运行" in text and "gputui keep train" in text
+            await pilot.press("n")
+    finally:
+        set_language("en")
+        await svc.close()
