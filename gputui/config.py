@@ -191,6 +191,8 @@ class AutoDLSettings(_Section):
     image: str = "base-image-l2t43iu6uk"  # PyTorch 2.0.0, CUDA 11.8, Ubuntu 20.04
     cuda_v_from: int = Field(default=118, ge=0)
     at_deadline: Literal["release", "stop"] = "release"
+    # power a stopped instance on and off shortly before AutoDL's 15-day wipe (`gputui keep`)
+    keep_stopped: bool = False
 
     def wanted(self, env: Any = None) -> bool:
         """Use the provider? When `[providers.autodl] enabled` or `AUTODL_TOKEN` is set."""
@@ -208,9 +210,10 @@ class MoneySettings(_Section):
 NOTIFY_URLS_ENV = "GPUTUI_NOTIFY_URLS"  # space-separated Apprise URLs (cron, CI)
 # What can be sent; `run_failed` only when asked for (`run_failed = true`, or listed in events).
 NOTIFY_EVENTS = ("queue_ended", "run_failed", "deadline_warning", "released", "still_billing",
-                 "release_held", "budget", "wallet_low", "wipe_soon")
+                 "release_held", "budget", "wallet_low", "wipe_soon", "card_found")
 NotifyEventKind = Literal["queue_ended", "run_failed", "deadline_warning", "released",
-                          "still_billing", "release_held", "budget", "wallet_low", "wipe_soon"]
+                          "still_billing", "release_held", "budget", "wallet_low", "wipe_soon",
+                          "card_found"]
 _APPRISE_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")
 
 

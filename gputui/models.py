@@ -151,6 +151,24 @@ EndReason = Literal["timer", "idle", "budget", "manual", "external", "failed", "
 # "done": released by a jobs queue's when-done policy, after its results were pulled
 
 
+class DiskUsage(_Model):
+    """An instance's disks as its provider last reported them (AutoDL: the snapshot's
+    `usage_info`), in bytes; a disk the provider does not report is None."""
+
+    system_used: int | None = None
+    system_total: int | None = None
+    data_used: int | None = None
+    data_total: int | None = None
+    at: datetime = Field(default_factory=utcnow)
+
+    @staticmethod
+    def share(used: int | None, total: int | None) -> float | None:
+        """Used, in percent of the total (None when either is unknown or the total is 0)."""
+        if used is None or not total:
+            return None
+        return 100.0 * used / total
+
+
 class SSHEndpoint(_Model):
     host: str
     port: int = Field(default=22, ge=1, le=65535)
@@ -180,6 +198,7 @@ class Instance(_Model):
     stopped_at: datetime | None = None
     ended_at: datetime | None = None
     end_reason: EndReason | None = None
+    disks: DiskUsage | None = None  # the disks' use, where the provider reports it (AutoDL)
 
     @field_validator("name", "status_detail")
     @classmethod
@@ -261,6 +280,9 @@ class Lease(_Model):
     host_timer_set_at: datetime | None = None
     host_poweroff_at: datetime | None = None
     warned: list[int] = Field(default_factory=list)  # minutes-before warnings already given
+    # while stopped, power it on and off shortly before the provider wipes it (AutoDL: 15 days
+    # shut down); None: as `[providers.autodl] keep_stopped` says
+    keep_stopped: bool | None = None
     state: LeaseState = LeaseState.ACTIVE
     updated_at: datetime = Field(default_factory=utcnow)
 

@@ -84,8 +84,13 @@ def cmd_create(args: argparse.Namespace) -> int:
                 print(f"  {status_text(step)}", file=sys.stderr)
 
         try:
-            inst = await services.create(args.provider, offer, request, lease=lease,
-                                         progress=progress)
+            if args.wait:  # retry while the provider says the card is sold out (cli/waiting.py)
+                from gputui.cli.waiting import create_wait
+
+                inst = await create_wait(services, args, offer, request, lease)
+            else:
+                inst = await services.create(args.provider, offer, request, lease=lease,
+                                             progress=progress)
             inst = await _arm_lease(services, inst)
         except (asyncio.CancelledError, KeyboardInterrupt):
             if steps:  # recorded, so asked of the provider: it may exist, and bill
@@ -449,6 +454,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--disk", type=float, default=50, help=_("disk in GB (default 50)"))
     s.add_argument("--image", help=_("image, where the provider has images"))
     s.add_argument("--json", action="store_true", help=_("print the instance as JSON"))
+    s.add_argument("--wait", metavar="DURATION",
+                   help=_("if the card is sold out, keep trying this long (e.g. 2h; at least "
+                          "20 s between tries)"))
     _timer_flags(s)
     s.set_defaults(handler=cmd_create)
 

@@ -92,7 +92,10 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
     try:
         if direction == "push":
             assert local is not None
-            remote = args.remote or f"~/{local.name}"
+            from gputui.services.pushes import default_remote
+
+            # AutoDL: on the data disk (~/autodl-tmp/<name>), not the 30 GB system disk
+            remote = args.remote or default_remote(services, inst, local.name)
             summary = await push(link, local, remote, checksum=args.checksum, progress=bar)
             if args.local_is_dir:
                 from gputui.services.pushes import record_push
@@ -450,16 +453,19 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
         link = await services.link(inst)
         bar = _Bar(f"sync {inst.name}", True)
         try:
-            summary = await push(link, local, f"~/{local.name}", progress=bar)
+            from gputui.services.pushes import default_remote
+
+            target = default_remote(services, inst, local.name)
+            summary = await push(link, local, target, progress=bar)
         except SSHLayerError as exc:
             raise CommandError(f"{inst.name}: {one_line(exc)}") from None
         finally:
             bar.done()
         print(sanitize(_summary_line(summary), 400), file=sys.stderr)
-        cwd = cwd or local.name
-        from gputui.services.pushes import record_push
+        from gputui.services.pushes import home_relative, record_push
 
-        record_push(services, inst.id, f"~/{local.name}")  # (a folder: checked above)
+        cwd = cwd or home_relative(target)
+        record_push(services, inst.id, target)  # (a folder: checked above)
     if then != "keep" or pulls:
         # recorded first: if this command is stopped, the console or `gputui reap` finishes it
         await jobs.set_when_done(inst, then, pulls=pulls)
@@ -557,7 +563,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("push", help=_("send files to an instance (only what changed)"))
     s.add_argument("name", help=_("instance name or id"))
     s.add_argument("local", help=_("a file or folder here"))
-    s.add_argument("remote", nargs="?", help=_("where on the instance (default: ~/<name of LOCAL>)"))
+    s.add_argument("remote", nargs="?", help=_("where on the instance (default: ~/<name of "
+                                               "LOCAL>; on AutoDL the data disk, "
+                                               "/root/autodl-tmp/<name of LOCAL>)"))
     s.add_argument("--checksum", action="store_true", help=_("compare SHA-256, not size and time"))
     s.add_argument("--json", action="store_true", help=_("print a JSON summary"))
     s.set_defaults(handler=cmd_push)

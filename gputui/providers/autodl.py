@@ -65,6 +65,7 @@ from gputui.errors import BadInput, said, without_prefix
 from gputui.i18n import N_, Deferred
 from gputui.models import (
     BillingRule,
+    DiskUsage,
     Granularity,
     Instance,
     InstanceStatus,
@@ -99,6 +100,7 @@ WIPE_AFTER_DAYS = 15  # shut down this long: released and wiped by AutoDL
 MAX_GPUS = 4
 MAX_EXPAND_GB = 500
 SYSTEM_DISK_GB = 30
+DATA_FOLDER = "~/autodl-tmp"  # /root/autodl-tmp: the data disk (faster, not in images)
 NAME_TAG = ".gputui-"  # instance_name = NAME.gputui-OURID: found again by name
 LOGIN_SHELL = "bash -lc"
 SSH_USER = "root"
@@ -162,6 +164,30 @@ def parse_time(value: Any) -> datetime | None:
     if at.year <= 1:
         return None
     return at.astimezone(UTC)
+
+
+def disk_usage(snapshot: Mapping[str, Any]) -> DiskUsage | None:
+    """The snapshot's `usage_info` → the system disk (`root_fs_*`) and the data disk
+    (`data_disk_*`), in bytes; values that are not whole non-negative numbers are unknown."""
+    info = snapshot.get("usage_info")
+    if not isinstance(info, Mapping):
+        return None
+
+    def size(key: str) -> int | None:
+        value = info.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
+                or value != value or value > 1 << 60:
+            return None
+        return int(value)
+
+    usage = DiskUsage(system_used=size("root_fs_used_size"),
+                      system_total=size("root_fs_total_size"),
+                      data_used=size("data_disk_used_size"),
+                      data_total=size("data_disk_total_size"))
+    if all(v is None for v in (usage.system_used, usage.system_total, usage.data_used,
+                               usage.data_total)):
+        return None
+    return usage
 
 
 def resolve_token(config: Config, env: Mapping[str, str] | None = None
@@ -266,6 +292,7 @@ class AutoDLProvider(KeyedHttpClient, Provider):
     currency = CURRENCY
     login_shell = LOGIN_SHELL
     wipe_after_days = WIPE_AFTER_DAYS
+    data_folder = DATA_FOLDER
     capabilities = Capabilities(
         stop_start=True,
         scheduled_release=False,  # no scheduled-shutdown endpoint exists: none is claimed
@@ -331,6 +358,7 @@ class AutoDLProvider(KeyedHttpClient, Provider):
         self.backoff_max = backoff_max
         self.min_balance = Decimal(settings.min_balance)
         self.at_deadline = settings.at_deadline
+        self.keep_stopped = settings.keep_stopped
         self._transport = transport
         self.warnings: list[str] = []
 
@@ -778,13 +806,25 @@ class AutoDLProvider(KeyedHttpClient, Provider):
         return inst
 
     async def _read_price(self, inst: Instance) -> None:
-        """The live price: the snapshot's payg_price (milliyuan per hour)."""
+        """The live price: the snapshot's payg_price (milliyuan per hour); and the disks' use
+        (`usage_info`) from the same snapshot."""
         with contextlib.suppress(AutoDLError):
             snap = await self.snapshot(inst.provider_id or "")
             price = yuan(snap.get("payg_price"))
             if price is not None and price >= 0 and price != inst.billing.price_per_hour:
                 inst.billing = inst.billing.model_copy(update={"price_per_hour": price,
                                                               "currency": CURRENCY})
+            disks = disk_usage(snap)
+            old = inst.disks
+            if disks is not None and (old is None or old.model_dump(exclude={"at"})
+                                      != disks.model_dump(exclude={"at"})):
+                inst.disks = disks  # (unchanged figures are not rewritten on every refresh)
+
+    async def disks(self, inst: Instance) -> DiskUsage | None:
+        """The system and data disks' use now (the snapshot's `usage_info`), or None."""
+        if not inst.provider_id:
+            return None
+        return disk_usage(await self.snapshot(inst.provider_id))
 
     async def live_price(self, inst: Instance) -> Decimal | None:
         """The instance's price per hour now (snapshot `payg_price`), or None if unreadable."""

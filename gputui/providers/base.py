@@ -112,6 +112,13 @@ class Provider:
     # What the deadline does: "release" (the default), or "stop" where the user chose to power
     # off and keep the disk (AutoDL's `at_deadline = "stop"`; needs `capabilities.stop_start`).
     at_deadline: str = "release"
+    # Where pushed projects and runs go by default, relative to the home (`~/...`): None is the
+    # home itself; AutoDL's data disk is `~/autodl-tmp` (the system disk is 30 GB).
+    data_folder: str | None = None
+    # Days a stopped instance is kept before the provider releases and wipes it (None: never).
+    wipe_after_days: int | None = None
+    # Where the keeper (`gputui keep`) is on for every stopped instance of this provider.
+    keep_stopped: bool = False
 
     # -- required ---------------------------------------------------------------------------
     async def offers(self) -> list[Offer]:

@@ -9,7 +9,10 @@ __all__ = ["InvalidRequest", "ServiceError"]
 
 
 class ServiceError(GputuiError):
-    """A one-line message for the user."""
+    """A one-line message for the user. `kind`: what the provider said, where it says
+    (AutoDL: "stock" for a sold-out spec or a machine with no free GPU)."""
+
+    kind: str | None = None
 
 
 class InvalidRequest(ServiceError, BadInput):

@@ -744,7 +744,9 @@ def _notify(services: Services, kind: str, *args: Any) -> None:
 def _service_error(exc: ProviderError) -> ServiceError:
     """A provider's error for the user: bad input (a refused token, a request the provider
     would refuse) stays bad input (exit 2)."""
-    return InvalidRequest(str(exc)) if isinstance(exc, BadInput) else ServiceError(str(exc))
+    err = InvalidRequest(str(exc)) if isinstance(exc, BadInput) else ServiceError(str(exc))
+    err.kind = getattr(exc, "kind", None)
+    return err
 
 
 def quote_args(args: list[str]) -> str:

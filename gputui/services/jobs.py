@@ -25,7 +25,7 @@ import re
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -444,6 +444,9 @@ class JobService:
     async def add(self, inst: Instance, specs: list[JobSpec]) -> list[str]:
         if not specs:
             raise BadInput(_("nothing to queue"))
+        from gputui.services.pushes import resolve_cwd  # AutoDL: a relative cwd is on the data disk
+
+        specs = [replace(sp, cwd=resolve_cwd(self.services, inst, sp.cwd)) for sp in specs]
         for n, spec in enumerate(specs, 1):
             check_spec(spec, _("run {n}").format(n=n) if len(specs) > 1 else "")
             parse_gpus(",".join(map(str, spec.gpus)) if spec.gpus else None, inst.gpu_count)

@@ -187,6 +187,12 @@ class LeaseService(LeaseArmer):
             if not inst.status.live:
                 return
         self._warn_wipe(inst, now)
+        if inst.status == InstanceStatus.STOPPED:  # AutoDL's 15-day wipe: the keeper
+            from gputui.services.keeper import session_keeper
+
+            if await session_keeper(self.services).tick(inst, lease, now) == "kept":
+                self._wipe_warned.discard(inst.id)
+                return
         done = await self._jobs_done(inst)  # a queue's when-done: pulled, then released
         if done == "released":
             result.released.append(inst.name)

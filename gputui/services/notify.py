@@ -344,6 +344,31 @@ def wipe_soon(inst: Instance, clock: str, discriminator: str = "") -> NotifyEven
         discriminator=discriminator, severity="warning")
 
 
+def card_found(inst: Instance, tries: str, waited: str, what: str = "create",
+               since: str = "") -> NotifyEvent:
+    """`--wait` found a free card: the instance is created (or started) and bills from now."""
+    title = (Deferred(N_("{name}: a card was free — it is starting"), name=inst.name)
+             if what == "create" else
+             Deferred(N_("{name}: its machine had a free GPU — it is starting"), name=inst.name))
+    body = Deferred(N_("{name}: {count}× {gpu} on {provider} after {tries} ({waited} of "
+                       "waiting); it bills from now."), name=inst.name, count=inst.gpu_count,
+                    gpu=inst.gpu, provider=inst.provider, tries=tries, waited=waited)
+    return NotifyEvent("card_found", inst.id, inst.name, title, body,
+                       discriminator=f"{what}:{since}")
+
+
+def keep_failed(inst: Instance, wipe_at: str, why: str) -> NotifyEvent:
+    """The keeper could not power a stopped instance on before the wipe (kind `wipe_soon`)."""
+    return NotifyEvent(
+        "wipe_soon", inst.id, inst.name,
+        Deferred(N_("{name}: could not keep it from the wipe"), name=inst.name),
+        Deferred(N_("{name}: powering it on failed ({why}); {provider} wipes it at {time}. gputui "
+                    "tries again every 10 minutes; the API cannot start it without a GPU — start "
+                    "it in the AutoDL console in 无卡模式 (about ¥0.1/h) or save your data."),
+                 name=inst.name, why=why, provider=inst.provider, time=wipe_at),
+        discriminator=f"keep:{wipe_at}", severity="failure")
+
+
 def probe_event() -> NotifyEvent:
     """`gputui notify test`'s message."""
     return NotifyEvent("test", None, "", Deferred(N_("gputui test notification")),

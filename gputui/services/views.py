@@ -31,7 +31,50 @@ def instance_view(inst: Instance, lease: Lease | None, now: datetime | None = No
         "ssh": f"{ssh.user}@{ssh.host}:{ssh.port}" if ssh else None,
         "state_detail": state_detail(inst, now),
         "stopped_at": inst.stopped_at.isoformat() if inst.stopped_at else None,
+        "wipe_at": _wipe_at(inst),
+        "disks": disks_view(inst),
     }
+
+
+DISK_WARN_PCT = 90.0  # a disk this full is the guides' named cause of failed runs
+
+
+def _wipe_at(inst: Instance) -> str | None:
+    """When the provider releases and wipes the stopped instance (AutoDL: 15 days shut down)."""
+    from datetime import timedelta
+
+    from gputui.models import InstanceStatus
+
+    days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
+    if days is None or inst.status != InstanceStatus.STOPPED or inst.stopped_at is None:
+        return None
+    return (inst.stopped_at + timedelta(days=days)).isoformat()
+
+
+def disks_view(inst: Instance) -> dict | None:
+    """The disks' use as the provider last reported it (AutoDL: system and data disk), each
+    with its share used and a warning at 90 %; None where the provider reports none."""
+    from gputui.models import DiskUsage
+
+    d = inst.disks
+    if d is None:
+        return None
+    out: dict = {"at": d.at.isoformat(), "warnings": []}
+    for key, used, total in (("system", d.system_used, d.system_total),
+                             ("data", d.data_used, d.data_total)):
+        pct = DiskUsage.share(used, total)
+        out[key] = {"used_bytes": used, "total_bytes": total,
+                    "percent": None if pct is None else round(pct, 1)}
+        if pct is not None and pct >= DISK_WARN_PCT:
+            out["warnings"].append(disk_warning(key, pct))
+    return out
+
+
+def disk_warning(which: str, pct: float) -> Deferred:
+    """"the data disk is 93 % full": English as JSON keeps it; `shown()` translates it."""
+    disk = Deferred(N_("the system disk")) if which == "system" else Deferred(N_("the data disk"))
+    return Deferred(N_("{disk} is at {pct} % — runs fail when it fills"), disk=disk,
+                    pct=f"{pct:.0f}")
 
 
 

@@ -329,11 +329,16 @@ class HomeScreen(BaseScreen):
         inst = self._selected_or_say()
         if inst is None:
             return
+        from gputui.services.keeper import stop_preview
         from gputui.ui.create import ConfirmScreen
 
+        # the wipe date (AutoDL: 15 days shut down) and the release timer that keeps running
+        notes = "".join("\n• " + escape(str(shown(n))) for n in stop_preview(
+            self.gapp.services, inst, self.gapp.store.get_lease_sync(inst.id)))
         self.app.push_screen(
             ConfirmScreen(_("Power off [b]{name}[/b]?\n\nThe GPU charge stops; the disk stays (and "
-                            "may still cost). s starts it again.").format(name=escape(inst.name)),
+                            "may still cost). s starts it again.").format(name=escape(inst.name))
+                          + notes,
                           _("Stop"), _("Keep running")),
             on_answer(lambda _yes: self.power(inst, "stop")))
 

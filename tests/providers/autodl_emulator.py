@@ -19,7 +19,10 @@
 - a wallet that runs down with use (per second of `running`, at the spec's `payg_price`);
 - injection: `fail()` (any status, before or after the action is done), `delay()` (an answer that
   comes too late, after the action), `refuse()` (an envelope failure), sold-out specs,
-  `fail_boot()`, `advance()` (move the clock, e.g. 15 days).
+  `fail_boot()`, `advance()` (move the clock, e.g. 15 days), `sell_out()` (stock that frees
+  after some refused creates), `machine_full()` (power_on finds no free GPU for some tries),
+  `wipe_at()` (when a shut-down instance is released and wiped), `use_disk()` (the snapshot's
+  `usage_info` for the system and data disks).
 """
 
 from __future__ import annotations
@@ -114,6 +117,10 @@ class EmuInstance:
     server: Any = None
     root: Path | None = None
     start_commands: list[str] = field(default_factory=list)
+    # disk use in bytes (the snapshot's usage_info): system disk and data disk
+    root_used: int = 12 << 30
+    data_used: int = 0
+    data_total: int = 50 << 30
 
 
 class PasswordInstanceServer(InstanceServer):
@@ -142,7 +149,7 @@ class PasswordInstanceServer(InstanceServer):
         self._acceptor = await asyncssh.listen(
             host="127.0.0.1", port=port, server_factory=lambda: _Conn(self),
             server_host_keys=[self._host_key], process_factory=self._session, encoding=None,
-            line_editor=False, allow_scp=False, sftp_factory=None, agent_forwarding=False,
+            line_editor=False, allow_scp=True, sftp_factory=self._sftp, agent_forwarding=False,
             x11_forwarding=False, password_auth=True, kbdint_auth=False, host_based_auth=False,
             public_key_auth=False, gss_host=None, config=None, login_timeout=30,
             keepalive_interval=15, keepalive_count_max=3)
@@ -179,6 +186,8 @@ class AutoDLEmulator:
         self.unverified = set(unverified_tokens)
         self.specs = dict(DEFAULT_SPECS if specs is None else specs)
         self.sold_out = set(sold_out)
+        self.sold_out_tries: dict[str, int] = {}  # spec -> creates refused before stock frees
+        self.no_gpu_tries: dict[str, int] = {}  # uuid -> power_ons refused (its machine full)
         self.initial_milli = int(balance * 1000)
         self.voucher_milli = int(vouchers * 1000)
         self.accumulate_milli = int(accumulate * 1000)
@@ -293,6 +302,35 @@ class AutoDLEmulator:
         """Every injected failure and delay still pending is dropped."""
         with self._lock:
             self._rules.clear()
+
+    def sell_out(self, spec: str, tries: int) -> None:
+        """The next `tries` creates of `spec` are refused for stock (暂无库存); then it frees."""
+        with self._lock:
+            self.sold_out_tries[spec] = tries
+
+    def machine_full(self, uuid: str, tries: int) -> None:
+        """The next `tries` power_ons of the instance find no free GPU on its machine."""
+        with self._lock:
+            self.no_gpu_tries[uuid] = tries
+
+    def wipe_at(self, uuid: str) -> float | None:
+        """When AutoDL releases and wipes the instance (15 days shut down), platform time;
+        None while it is powered on."""
+        with self._lock:
+            c = self.instances[uuid].cycles[-1]
+            return None if c.off_at is None else c.off_at + self.shutting_s + WIPE_DAYS * 86400
+
+    def use_disk(self, uuid: str, *, system_gb: float | None = None,
+                 data_gb: float | None = None, data_total_gb: float | None = None) -> None:
+        """Set what the snapshot's usage_info reports for the instance's disks."""
+        with self._lock:
+            inst = self.instances[uuid]
+            if system_gb is not None:
+                inst.root_used = int(system_gb * (1 << 30))
+            if data_gb is not None:
+                inst.data_used = int(data_gb * (1 << 30))
+            if data_total_gb is not None:
+                inst.data_total = int(data_total_gb * (1 << 30))
 
     def fail_boot(self, uuid: str) -> None:
         with self._lock:
@@ -419,6 +457,9 @@ class AutoDLEmulator:
                     raise _Refusal("实例当前状态不允许开机", "InstanceStatusError")
                 if self.initial_milli - self._spent(now) <= 0:
                     raise _Refusal("余额不足，请充值后再试", "InsufficientBalance")
+                if self.no_gpu_tries.get(inst.uuid, 0) > 0:
+                    self.no_gpu_tries[inst.uuid] -= 1
+                    raise _Refusal("资源不足，当前主机没有空闲的GPU，请稍后再试", "NoStock")
                 self._power_on(inst, now, str(req.get("start_command") or ""), first=False)
                 return None
             case ("POST", "/instance/pro/release"):
@@ -454,6 +495,9 @@ class AutoDLEmulator:
                 or not isinstance(req.get("cuda_v_from", 0), int):
             raise _Refusal("请求参数错误", "InvalidParams")
         if spec in self.sold_out:
+            raise _Refusal("暂无库存，请稍后再试或选择其他规格", "NoStock")
+        if self.sold_out_tries.get(spec, 0) > 0:
+            self.sold_out_tries[spec] -= 1
             raise _Refusal("暂无库存，请稍后再试或选择其他规格", "NoStock")
         if self.initial_milli - self._spent(now) <= 0:
             raise _Refusal("余额不足，请充值后再试", "InsufficientBalance")
@@ -562,8 +606,10 @@ class AutoDLEmulator:
             "expand_system_disk_size": inst.expand_gb * 1024**3,
             "usage_info": {"cpu_usage_percent": 3, "mem_usage_percent": 10,
                            "mem_usage": 1 << 30, "mem_limit": 64 << 30,
-                           "root_fs_used_size": 12 << 30, "root_fs_total_size": 30 << 30,
-                           "data_disk_used_size": 0, "data_disk_total_size": 50 << 30},
+                           "root_fs_used_size": inst.root_used,
+                           "root_fs_total_size": (30 + inst.expand_gb) << 30,
+                           "data_disk_used_size": inst.data_used,
+                           "data_disk_total_size": inst.data_total},
         }
 
     # -- SSH -----------------------------------------------------------------------------------------

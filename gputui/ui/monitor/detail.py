@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from gputui.format import short_gpu
 from gputui.i18n import _, shown
-from gputui.models import LinkState
+from gputui.models import Instance, LinkState
 from gputui.services.telemetry import LOCAL_ID
 from gputui.ui.monitor.processes import Processes
 from gputui.ui.monitor.render import (
@@ -26,6 +26,35 @@ from gputui.ui.widgets import show
 
 if TYPE_CHECKING:
     from gputui.ui.monitor.screen import MonitorScreen
+
+
+def disks_line(inst: Instance) -> Text | None:
+    """"disks: system 12/30 GB (40 %) · data 47/50 GB (94 %) ⚠" where the provider reports its
+    disks (AutoDL's snapshot); a disk at 90 % or more in red, with what it means."""
+    from gputui.services.views import disks_view
+
+    view = disks_view(inst)
+    if view is None:
+        return None
+    line = Text(_("disks: "), style="dim")
+    parts = 0
+    for key, word in (("system", _("system")), ("data", _("data"))):
+        d = view[key]
+        if d["total_bytes"] is None:
+            continue
+        used = (d["used_bytes"] or 0) / (1 << 30)
+        total = d["total_bytes"] / (1 << 30)
+        pct = d["percent"]
+        full = pct is not None and pct >= 90
+        if parts:
+            line.append(" · ", style="dim")
+        line.append(_("{disk} {used}/{total} GB ({pct} %)").format(
+            disk=word, used=f"{used:.0f}", total=f"{total:.0f}",
+            pct="?" if pct is None else f"{pct:.0f}"), style="bold red" if full else "")
+        parts += 1
+    for warning in view["warnings"]:
+        line.append("\n⚠ " + str(shown(warning)), style="bold red")
+    return line if parts else None
 
 
 class Detail(Vertical):
@@ -110,9 +139,12 @@ class Detail(Vertical):
         self._refresh_panels(iid, diagnosed=bool(st and st.diagnosis))
         hints = m.hints_of(iid)
         hint_box = self.query_one("#hints", Static)
-        if hints:
-            show(hint_box, Text("\n").join(Text("⚑ " + hint_text(h), style="yellow")
-                                           for h in hints))
+        lines = [Text("⚑ " + hint_text(h), style="yellow") for h in hints]
+        disks = disks_line(inst)
+        if disks is not None:
+            lines.insert(0, disks)
+        if lines:
+            show(hint_box, Text("\n").join(lines))
             hint_box.display = True
         else:
             hint_box.display = False
