@@ -50,14 +50,11 @@ class ImageInfo:
     @property
     def readable(self) -> str:
         """'PyTorch 2.0.0 · CUDA 11.8 · Python 3.8' (a private image: its own name first)."""
-        parts = []
-        if self.framework:
-            parts.append(f"{self.framework} {self.framework_version}".strip())
-        if self.cuda:
-            parts.append(f"CUDA {self.cuda}")
-        if self.python:
-            parts.append(f"Python {self.python}")
-        described = " · ".join(parts)
+        # names and versions: the same in every language
+        parts = [f"{self.framework} {self.framework_version}".strip() if self.framework else "",
+                 "CUDA " + self.cuda if self.cuda else "",
+                 "Python " + self.python if self.python else ""]
+        described = " · ".join(p for p in parts if p)
         if self.kind == "private":
             return f"{self.name or self.id}" + (f" ({described})" if described else "")
         return described or self.id

@@ -20,6 +20,7 @@ from gputui.ui.dialogs import ConfirmScreen, parse_release, passed_clock_time
 from gputui.ui.widgets import Note
 
 COUNTS = [1, 2, 4, 8]
+_DIM = "[dim]{}[/dim]"  # markup only
 # what services.create reports (English words), as the progress line shows them
 STEPS = {"requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
          "arming the release timer": N_("arming the release timer")}
@@ -273,7 +274,7 @@ class CreateScreen(BaseScreen):
                 lines.append(_("[dim]list price from {source}{date}[/dim]").format(
                     source=escape(source), date=f" ({offer.as_of})" if offer.as_of else ""))
             else:
-                lines.append(f"[dim]{escape(source)}[/dim]")
+                lines.append(_DIM.format(escape(source)))
         problems: list[str] = []
         try:
             release_at = self._release_at(now)

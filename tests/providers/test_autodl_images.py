@@ -128,7 +128,9 @@ async def test_a_lost_save_answer_saves_once_and_a_failed_save_is_said(
 
     emu.image_save_s = 3600
     task = asyncio.create_task(save_image(svc, inst, "two"))
-    while len(emu.images) < 2:
+    for _ in range(400):  # until AutoDL has the second image (polling the emulator's record)
+        if len(emu.images) >= 2:
+            break
         await asyncio.sleep(0.05)
     emu.fail_image(next(k for k, v in emu.images.items() if v["name"] == "two"))
     with pytest.raises(Exception, match="saving image 'two' failed at AutoDL"):

@@ -4,7 +4,6 @@ the SSH local forward, Ctrl-C ends it) and the Ollama install's use of AutoDL's 
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
