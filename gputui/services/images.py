@@ -106,8 +106,11 @@ async def forward(services: Services, inst: Instance, remote_port: int,
     from gputui.remote.ssh import SSHLayerError
 
     if inst.status != InstanceStatus.RUNNING:
+        from gputui.format import status_word
+
         raise InvalidRequest(Deferred(N_("{name} is {status}: only a running instance can be "
-                                         "reached"), name=inst.name, status=inst.status.value))
+                                         "reached"), name=inst.name,
+                                      status=status_word(inst.status)))
     link = await services.link(inst)
     wanted = local_port if local_port is not None else remote_port
     try:
