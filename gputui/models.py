@@ -118,6 +118,9 @@ class Offer(_Model):
     images: list[str] = Field(default_factory=list)
     source: str | None = None  # where the figure comes from
     as_of: str | None = None  # date of the figure (reference prices are not live quotes)
+    # False: no price is known before renting (AutoDL: the instance's snapshot has it); the
+    # price above is then 0 and must never be shown as a price ("price on creation")
+    price_known: bool = True
 
 
 class InstanceStatus(StrEnum):

@@ -27,8 +27,8 @@ from gputui.i18n import (
 )
 
 # The subjects, in the order `gputui --help` lists their commands.
-SUBJECTS = ("instances", "lifecycle", "jobs", "ollama", "gpus", "costs", "catalog", "config",
-            "daemon", "notify", "metrics", "mcp", "sandbox")
+SUBJECTS = ("instances", "lifecycle", "images", "jobs", "ollama", "gpus", "costs", "catalog",
+            "config", "daemon", "notify", "metrics", "mcp", "sandbox")
 
 
 def _run_console(args: argparse.Namespace) -> int:

@@ -65,6 +65,9 @@ def cmd_create(args: argparse.Namespace) -> int:
 
     async def body(services) -> int:
         offer = await services.find_offer(args.provider, args.gpu)
+        from gputui.services.images import resolve_image  # a readable name, or an id
+
+        args.image = await resolve_image(services, args.provider, args.image)
         try:
             request = CreateRequest(offer_id=offer.offer_id, gpu_count=offer.gpu_count if args.count is None else args.count,
                                     name=args.name or _default_name(offer.gpu),
@@ -452,7 +455,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--count", type=int, help=_("number of GPUs (default: the offer's size, often 1)"))
     s.add_argument("--name", help=_("task label (default: from the GPU)"))
     s.add_argument("--disk", type=float, default=50, help=_("disk in GB (default 50)"))
-    s.add_argument("--image", help=_("image, where the provider has images"))
+    s.add_argument("--image", help=_("image, where the provider has images: its id or its "
+                                     "readable name (`gputui images`)"))
     s.add_argument("--json", action="store_true", help=_("print the instance as JSON"))
     s.add_argument("--wait", metavar="DURATION",
                    help=_("if the card is sold out, keep trying this long (e.g. 2h; at least "

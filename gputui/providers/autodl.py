@@ -12,9 +12,10 @@ The platform's facts are in shared/reference/autodl-pro-api.md; how they are use
 - **Times** may be Go's `sql.NullTime` (`{"Time", "Valid"}`), a plain string, or null, in China
   Standard Time (+08:00 when the string carries no offset); read by `parse_time`.
 - **Offers** are the Pro GPU specs reachable through the API. The API lists no price for a spec,
-  so an offer carries a dated reference price where one is sourced (with its date and strength)
-  and otherwise ¥0 marked "price on creation"; the instance's real price is its snapshot's
-  `payg_price`, read as soon as it exists and on every refresh.
+  so an offer carries a dated reference price where one is sourced (with its date and strength),
+  else the last live `payg_price` gputui read for that spec (with its date), and otherwise no
+  price (`price_known=False`, "price on creation" — never ¥0.00); the instance's real price is
+  its snapshot's `payg_price`, read as soon as it exists and on every refresh.
 - **Create** is not idempotent. Each instance is named `NAME.gputui-ID`; an answer lost (timeout,
   5xx) is resolved by finding that name in `list`, never by creating again. Found nowhere, the
   record is kept ("outcome unknown") for `refresh` to find it by name, and written off after 15
@@ -540,28 +541,54 @@ class AutoDLProvider(KeyedHttpClient, Provider):
 
     async def offers(self) -> list[Offer]:
         """The Pro GPU specs. No API call: the API has no Pro stock or price listing (gpu_stock
-        is observed not to match Pro availability)."""
+        is observed not to match Pro availability).
+
+        The price of a spec, in this order: the sourced reference price (dated, with its
+        strength); else the last live `payg_price` gputui read for that spec (dated, with the
+        instance it came from); else none — "price on creation" (`price_known=False`), never
+        shown as ¥0.00."""
+        from gputui.catalog.seen import last_seen
+
         out = []
         today = utcnow().date().isoformat()
         for spec, (card, vram, words) in PRO_SPECS.items():
             ref = REFERENCE_PRICES.get(spec)
+            seen = None if ref is not None else last_seen(self.ctx.state_dir, self.name, spec)
+            known = True
             if ref is not None:
                 price, source, as_of, strength = ref
                 src = (f"AutoDL {words}: reference ¥{price}/h ({source}, {as_of}, {strength}); "
                        "the live price is the instance's payg_price")
+                tier = N_("pro pay-as-you-go")
+            elif seen is not None:
+                price, as_of = seen.price_per_gpu_hour, seen.date
+                src = (f"AutoDL {words}: last live payg_price seen, ¥{price}/h on {as_of} "
+                       f"(instance {seen.instance}); not a quote")
+                tier = N_("pro pay-as-you-go (last seen)")
             else:
-                price, as_of = Decimal("0"), today
+                price, as_of, known = Decimal("0"), today, False
                 src = (f"AutoDL {words}: no sourced price — the live price (payg_price) is read "
                        "from the instance once it exists")
+                tier = N_("pro (price on creation)")
             out.append(Offer(
                 provider=self.name, offer_id=spec, gpu=card, gpu_count=1, vram_gb=vram,
                 price_per_gpu_hour=price,
                 billing=BillingRule(price_per_hour=price, currency=CURRENCY,
                                     granularity=Granularity.SECOND),
-                region=None, available=True, tier=N_("pro pay-as-you-go") if ref else
-                N_("pro (price on creation)"), images=[self.settings.image], source=src,
-                as_of=as_of))
+                region=None, available=True, tier=tier, images=[self.settings.image],
+                source=src, as_of=as_of, price_known=known))
         return out
+
+    def _remember_price(self, inst: Instance, price: Decimal) -> None:
+        """A live price read: remembered per GPU for its spec (the next New shows it)."""
+        from gputui.catalog.seen import record_seen_price
+
+        spec = inst.offer_id or ""
+        if spec not in PRO_SPECS or price <= 0:
+            return
+        record_seen_price(self.ctx.state_dir, provider=self.name, offer_id=spec,
+                          gpu=PRO_SPECS[spec][0], price_per_gpu_hour=price / inst.gpu_count,
+                          currency=CURRENCY, instance=inst.name)
 
     # -- create --------------------------------------------------------------------------------------
 
@@ -725,6 +752,111 @@ class AutoDLProvider(KeyedHttpClient, Provider):
             N_("autodl: {name}: {why}; it was released so it does not bill"),
             name=instance.name, why=why))
 
+    # -- images ------------------------------------------------------------------------------------
+
+    image_timeout: float = 60 * 60.0
+
+    async def private_images(self) -> list[Any]:
+        """The account's private images (`/instance/pro/image/private/list`, every page)."""
+        from gputui.catalog.images import private_image
+
+        out = []
+        page = 1
+        while True:
+            data = await self._call("POST", "/instance/pro/image/private/list",
+                                    Deferred(N_("listing private images")),
+                                    body={"page_index": page, "page_size": 100})
+            if not isinstance(data, Mapping):
+                raise AutoDLError(Deferred(
+                    N_("autodl: listing private images: unexpected answer (not a page)")))
+            for x in data.get("list") or []:
+                img = private_image(self.name, dict(x)) if isinstance(x, Mapping) else None
+                if img is not None:
+                    out.append(img)
+            max_page = int(data.get("max_page") or 1)
+            if page >= max_page or page >= 100:
+                return out
+            page += 1
+
+    async def images(self) -> list[Any]:
+        """The account's private images, then the base images gputui knows (the API lists no
+        base images: a dated table, `gputui/catalog/data/images.toml`)."""
+        from gputui.catalog.images import all_images
+
+        return all_images(self.name, await self.private_images())
+
+    async def save_image(self, instance: Instance, name: str, progress: Any = None) -> Any:
+        """`/instance/pro/image/save`, then the private list polled until the image is saved.
+        An image holds the system disk only (not /root/autodl-tmp, the data disk). The save is
+        asked once: an answer lost is resolved by finding an image of that name."""
+        uuid = instance.provider_id
+        if not uuid:
+            raise AutoDLError(Deferred(N_("autodl: {name}: not created yet"),
+                                       name=instance.name))
+        say = progress or (lambda _m: None)
+        what = Deferred(N_("saving {name} as image {image}"), name=instance.name,
+                        image=repr(name))
+        try:
+            data = await self._call("POST", "/instance/pro/image/save", what,
+                                    body={"instance_uuid": uuid, "image_name": name}, once=True)
+            image_id = str(data.get("image_uuid") or "") if isinstance(data, Mapping) else ""
+            if not image_id:
+                raise _Ambiguous(AutoDLError(Deferred(
+                    N_("autodl: {what}: the answer named no image"), what=what)))
+        except _Ambiguous as amb:
+            image_id = ""
+            for img in await self.private_images():
+                if img.name == name:
+                    image_id = img.id
+            if not image_id:
+                raise AutoDLError(Deferred(
+                    N_("{error}; no image of that name is listed — check `gputui images` "
+                       "before saving again"), error=str(amb.error)),
+                    outcome_unknown=True) from None
+        say(Deferred(N_("saving image {id}"), id=image_id))
+        deadline = time.monotonic() + self.image_timeout
+        while True:
+            found = next((i for i in await self.private_images() if i.id == image_id), None)
+            if found is not None:
+                state = found.state
+                if state == "done":
+                    return found
+                if state == "failed":
+                    raise AutoDLError(Deferred(
+                        N_("autodl: saving image {image} failed at AutoDL (status {status})"),
+                        image=repr(name), status=repr(found.status)))
+                say(Deferred(N_("image {id}: {status}"), id=image_id, status=found.status))
+            if time.monotonic() >= deadline:
+                raise AutoDLError(Deferred(
+                    N_("autodl: image {image} is still being saved after {minutes} min — "
+                       "`gputui images` shows when it is ready"), image=repr(name),
+                    minutes=f"{self.image_timeout / 60:g}"), retryable=True)
+            await asyncio.sleep(self.poll_interval)
+
+    # -- ways in besides SSH -------------------------------------------------------------------------
+
+    async def addresses(self, instance: Instance) -> list[tuple[str, str]]:
+        """The snapshot's Jupyter address and its custom-service ports (`service_<port>_domain`,
+        AutoDL's 6006/6008), as the API gives them. The Jupyter token is a credential: it is not
+        shown (the AutoDL console has it)."""
+        uuid = instance.provider_id
+        if not uuid:
+            return []
+        snap = await self.snapshot(uuid)
+        out: list[tuple[str, str]] = []
+        jupyter = _address(snap.get("jupyter_domain"), "https")
+        if jupyter:
+            out.append(("Jupyter", jupyter))
+        for key in sorted(snap):
+            m = re.fullmatch(r"service_(\d{1,5})_domain", str(key))
+            if not m:
+                continue
+            scheme = str(snap.get(f"service_{m.group(1)}_port_protocol") or "https").lower()
+            url = _address(snap.get(key), scheme if scheme in ("http", "https") else "https")
+            if url:
+                out.append((f"service_{m.group(1)}", url))
+        return out
+
     # -- the view ------------------------------------------------------------------------------------
 
     async def refresh(self, instance: Instance) -> Instance:
@@ -811,6 +943,8 @@ class AutoDLProvider(KeyedHttpClient, Provider):
         with contextlib.suppress(AutoDLError):
             snap = await self.snapshot(inst.provider_id or "")
             price = yuan(snap.get("payg_price"))
+            if price is not None and price > 0:
+                self._remember_price(inst, price)
             if price is not None and price >= 0 and price != inst.billing.price_per_hour:
                 inst.billing = inst.billing.model_copy(update={"price_per_hour": price,
                                                               "currency": CURRENCY})
@@ -833,6 +967,8 @@ class AutoDLProvider(KeyedHttpClient, Provider):
         except AutoDLError:
             return None
         price = yuan(snap.get("payg_price"))
+        if price is not None and price > 0:
+            self._remember_price(inst, price)
         return price if price is not None and price >= 0 else None
 
     def _ended(self, instance: Instance, detail: str, at: datetime) -> Instance:
@@ -1012,6 +1148,19 @@ async def _ssh_banner(host: str, port: int, timeout: float) -> tuple[bool, str]:
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
+
+
+def _address(value: Any, scheme: str) -> str:
+    """A domain (or URL) from the snapshot as a URL to open; "" for anything that is not one."""
+    text = str(value or "").strip().split("?")[0].split("#")[0]  # no query: it may hold a token
+    if not text:
+        return ""
+    if not re.match(r"^https?://", text):
+        text = f"{scheme}://{text}"
+    if not re.fullmatch(r"https?://[A-Za-z0-9.-]{1,253}(:\d{1,5})?(/[A-Za-z0-9._~/%-]*)?",
+                        text):
+        return ""
+    return text
 
 
 def autodl_enabled(config: Config, env: Mapping[str, str] | None = None) -> bool:

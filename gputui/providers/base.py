@@ -180,6 +180,22 @@ class Provider:
         (`capabilities.tags`); the default cannot tell, and says none."""
         return None
 
+    async def images(self) -> list[Any]:
+        """The images to create from (`gputui.catalog.images.ImageInfo`): the account's private
+        ones and the base ones gputui knows. Default: none (the provider takes no image)."""
+        return []
+
+    async def save_image(self, instance: Instance, name: str,
+                         progress: Any = None) -> Any:
+        """Save the instance as a private image, returning it (`ImageInfo`) once saved."""
+        raise ProviderError(Deferred(N_("{provider}: cannot save images"),
+                                     provider=self.name))
+
+    async def addresses(self, instance: Instance) -> list[tuple[str, str]]:
+        """Ways in besides SSH that the provider publishes for the instance: (what, address),
+        e.g. AutoDL's Jupyter and its custom-service ports. Default: none."""
+        return []
+
     async def link_target(self, instance: Instance) -> tuple[SSHEndpoint | None, dict[str, Any]]:
         """Where and how to connect now: the endpoint and extra link options (AutoDL reads
         port and password afresh; the sandbox takes its own key only). Default: as recorded."""

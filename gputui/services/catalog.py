@@ -48,14 +48,57 @@ INTERCONNECTS = ("nvlink", "pcie")
 # --- prices -------------------------------------------------------------------------------------
 
 
-def catalog_prices(config: Any = None) -> list[PriceRow]:
+def catalog_prices(config: Any = None, *, state_dir: Any = "default") -> list[PriceRow]:
     """Reference prices with the user's `[[prices]]` from config.toml applied (see
-    `load_prices`). Raises `CatalogError` naming a bad config row."""
+    `load_prices`), then, for a card a provider sells without a sourced price there, the last
+    live price gputui saw for it (`seen_price_rows`). Raises `CatalogError` naming a bad config
+    row."""
     overrides = []
     for p in getattr(config, "prices", None) or []:
         data = p.model_dump(exclude_none=True) if hasattr(p, "model_dump") else dict(p)
         overrides.append(data)
-    return load_prices(overrides or None)
+    rows = load_prices(overrides or None)
+    if state_dir == "default":
+        from gputui.paths import state_dir as default_state_dir
+
+        state_dir = default_state_dir()
+    return rows + seen_price_rows(rows, state_dir)
+
+
+def seen_price_rows(rows: Sequence[PriceRow], state_dir: Any) -> list[PriceRow]:
+    """The last live price seen per provider spec (AutoDL's `payg_price`), as a price row of the
+    card — only where that provider has no reference row for the card: the sourced reference
+    price comes first. Each says when and where it was seen; it is a sighting, not a quote."""
+    from gputui.catalog.match import card_for_reported_name
+    from gputui.catalog.seen import seen_prices
+
+    have = {(r.provider, r.gpu) for r in rows}
+    out: list[PriceRow] = []
+    for seen in seen_prices(state_dir):
+        # exact names only: a loose match would price a modified 48 GB 4090 as the 4090
+        card = card_for_reported_name(seen.gpu) if seen.gpu else None
+        if card is None:
+            continue
+        if (seen.provider, card.key) in have:
+            continue
+        have.add((seen.provider, card.key))
+        out.append(PriceRow(
+            provider=seen.provider, tier="pay-as-you-go (last seen)", gpu=card.key,
+            price_per_gpu_hour=seen.price_per_gpu_hour, currency=seen.currency,
+            granularity=_seen_granularity(rows, seen.provider), as_of=seen.date,
+            strength="weak",
+            source=(f"last live price seen at {seen.provider} ({seen.offer_id}, instance "
+                    f"{seen.instance}) on {seen.date}; not a quote"),
+        ))
+    return out
+
+
+def _seen_granularity(rows: Sequence[PriceRow], provider: str) -> Any:
+    """The provider's billing granularity as its reference rows state it (AutoDL: per started
+    hour assumed, the dearest reading), else per hour."""
+    from gputui.models import Granularity
+
+    return next((r.granularity for r in rows if r.provider == provider), Granularity.HOUR)
 
 
 # --- the card table -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from gputui.ui.dialogs import ConfirmScreen, parse_release, passed_clock_time
 from gputui.ui.widgets import Note, TickBox
 
 COUNTS = [1, 2, 4, 8]
+_DIM = "[dim]{}[/dim]"  # markup only
 # what services.create reports (English words), as the progress line shows them
 STEPS = {"requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
          "arming the release timer": N_("arming the release timer")}
@@ -29,7 +30,7 @@ def offer_price(offer: Offer) -> str:
     """An offer's price per GPU-hour in its own currency (AutoDL's in yuan), or "price on
     creation" where the provider's list has none (AutoDL's Pro API: the instance's snapshot
     has it)."""
-    if not offer.price_per_gpu_hour and "price on creation" in (offer.tier or ""):
+    if not offer.price_known:
         return _("price on creation")
     return format_money(offer.price_per_gpu_hour, offer.billing.currency) + "/GPU·h"
 
@@ -201,7 +202,35 @@ class CreateScreen(BaseScreen):
         image.set_options([(i, i) for i in images])
         if images:
             image.value = images[0]
+        if offer is not None:
+            self.load_images(offer)
         self.update_summary()
+
+    @work(exclusive=True, group="images", exit_on_error=False)
+    async def load_images(self, offer: Offer) -> None:
+        """The provider's images by readable name (AutoDL: the account's private images and the
+        base images gputui knows — `gputui images`); the offer's own ids if it has none or
+        they cannot be read."""
+        from gputui.services.images import list_images
+
+        try:
+            found = await list_images(self.gapp.services, offer.provider)
+        except Exception as exc:
+            self.query_one("#error", Static).update(
+                _("cannot list images: {error}").format(error=escape(str(shown(exc)))))
+            return
+        usable = [i for i in found if i.state == "done"]
+        if not usable or self.selected_offer() is not offer:
+            return
+        options = [(truncate_cells(i.readable + ("" if i.kind == "base" else " · " + _("private")),
+                                   60), i.id) for i in usable]
+        ids = [i.id for i in usable]
+        extra = [(i, i) for i in offer.images if i not in ids]
+        select = self.query_one("#image", Select)
+        current = select.value
+        select.set_options(options + extra)
+        select.value = current if current in ids or current in offer.images else (
+            offer.images[0] if offer.images else ids[0])
 
     @on(Select.Changed, "#count")
     @on(Input.Changed)
@@ -225,10 +254,13 @@ class CreateScreen(BaseScreen):
         count = _count(self.query_one("#count", Select).value)
         rule = offer.billing.model_copy(update={"price_per_hour": offer.price_per_gpu_hour * count})
         now = self.gapp.now()
+        known = offer.price_known
         lines = [
-            _("[b]{price}/h[/b] for {count}× {gpu}").format(
+            (_("[b]{price}/h[/b] for {count}× {gpu}").format(
                 price=format_money(rule.price_per_hour, rule.currency), count=count,
-                gpu=escape(offer.gpu))
+                gpu=escape(offer.gpu)) if known else
+             _("[b]price on creation[/b] for {count}× {gpu}").format(count=count,
+                                                                     gpu=escape(offer.gpu)))
             + " · " + _(BILLED[rule.granularity.value])
             + (_(", {seconds}s minimum").format(seconds=rule.minimum_seconds)
                if rule.minimum_seconds else "")
@@ -237,9 +269,12 @@ class CreateScreen(BaseScreen):
                if rule.storage_per_gb_month else ""),
         ]
         if offer.source:
-            source = truncate_cells(offer.source, 60)
-            lines.append(_("[dim]list price from {source}{date}[/dim]").format(
-                source=escape(source), date=f" ({offer.as_of})" if offer.as_of else ""))
+            source = truncate_cells(offer.source, 60 if known else 90)
+            if known:
+                lines.append(_("[dim]list price from {source}{date}[/dim]").format(
+                    source=escape(source), date=f" ({offer.as_of})" if offer.as_of else ""))
+            else:
+                lines.append(_DIM.format(escape(source)))
         problems: list[str] = []
         try:
             release_at = self._release_at(now)
@@ -259,7 +294,11 @@ class CreateScreen(BaseScreen):
             if passed:
                 problems.append(_("Release: {problem}").format(problem=passed) + ".")
             seconds = (release_at - now).total_seconds()
-            if disk is None:
+            if not known:
+                lines.append(_("Released at {when} (in {left}) · cost unknown until it is "
+                               "created (no price is known for it yet)").format(
+                    when=_weekday_time(release_at), left=format_remaining(seconds)))
+            elif disk is None:
                 lines.append(_("Released at {when} (in {left}) · fix the disk size for a "
                                "cost").format(when=_weekday_time(release_at),
                                               left=format_remaining(seconds)))

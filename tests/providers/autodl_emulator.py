@@ -22,7 +22,13 @@
   `fail_boot()`, `advance()` (move the clock, e.g. 15 days), `sell_out()` (stock that frees
   after some refused creates), `machine_full()` (power_on finds no free GPU for some tries),
   `wipe_at()` (when a shut-down instance is released and wiped), `use_disk()` (the snapshot's
-  `usage_info` for the system and data disks).
+  `usage_info` for the system and data disks);
+- private images: `image/save` (`instance_uuid`, `image_name` → `{"image_uuid"}`) and
+  `image/private/list` (paged like the instance list). The reference documents no list item
+  fields nor statuses: here an item is `{image_uuid, image_name, instance_uuid, status,
+  created_at, image_size}` with `status` "saving" for `image_save_s`, then "finished" (or
+  "failed", `fail_image()`); an image holds the system disk only (its size is the root fs's);
+- the snapshot's `jupyter_domain` and `service_6006`/`service_6008` `_domain`/`_port_protocol`.
 """
 
 from __future__ import annotations
@@ -181,6 +187,7 @@ class AutoDLEmulator:
         shutting_s: float = 0.3,
         releasing_s: float = 0.2,
         ssh_root: Path | None = None,
+        image_save_s: float = 0.4,
     ) -> None:
         self.tokens = set(tokens)
         self.unverified = set(unverified_tokens)
@@ -204,6 +211,8 @@ class AutoDLEmulator:
         self.bodies: list[dict[str, Any]] = []  # create bodies, as received
         self.auth_headers: list[str] = []
         self.ssh_error: str | None = None
+        self.image_save_s = image_save_s
+        self.images: dict[str, dict[str, Any]] = {}  # image_uuid -> record
         self._rules: list[_Rule] = []
         self._lock = threading.RLock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -331,6 +340,18 @@ class AutoDLEmulator:
                 inst.data_used = int(data_gb * (1 << 30))
             if data_total_gb is not None:
                 inst.data_total = int(data_total_gb * (1 << 30))
+
+    def fail_image(self, image_uuid: str) -> None:
+        with self._lock:
+            self.images[image_uuid]["failed"] = True
+
+    def add_image(self, name: str, *, saved: bool = True) -> str:
+        """A private image already in the account (saved long ago, or still saving)."""
+        with self._lock:
+            image_uuid = f"image-{uuidlib.uuid4().hex[:10]}"
+            at = self.now() - (86400 if saved else 0)
+            self.images[image_uuid] = {"name": name, "instance": "", "at": at, "failed": False}
+            return image_uuid
 
     def fail_boot(self, uuid: str) -> None:
         with self._lock:
@@ -471,6 +492,25 @@ class AutoDLEmulator:
                     raise _Refusal("实例未关机，不允许释放", "InstanceStatusError")
                 inst.release_at = now
                 return None
+            case ("POST", "/instance/pro/image/save"):
+                inst = self._get(req)
+                name = req.get("image_name")
+                if not isinstance(name, str) or not name.strip() or len(name) > 64:
+                    raise _Refusal("请求参数错误: image_name", "InvalidParams")
+                if self._status(inst, now) not in ("running", "shutdown"):
+                    raise _Refusal("实例当前状态不允许保存镜像", "InstanceStatusError")
+                image_uuid = f"image-{uuidlib.uuid4().hex[:10]}"
+                self.images[image_uuid] = {"name": name, "instance": inst.uuid, "at": now,
+                                           "failed": False}
+                return {"image_uuid": image_uuid}
+            case ("POST", "/instance/pro/image/private/list"):
+                items = [self._image_json(k, v, now) for k, v in self.images.items()]
+                size = int(req.get("page_size") or 10)
+                page = int(req.get("page_index") or 1)
+                total = len(items)
+                return {"list": items[(page - 1) * size: page * size], "page_index": page,
+                        "page_size": size, "max_page": max(1, -(-total // size)),
+                        "result_total": total}
             case ("POST", "/wallet/balance"):
                 spent = self._spent(now)
                 return {"assets": self.initial_milli - spent,
@@ -494,6 +534,11 @@ class AutoDLEmulator:
                 or not isinstance(req.get("image_uuid"), str) \
                 or not isinstance(req.get("cuda_v_from", 0), int):
             raise _Refusal("请求参数错误", "InvalidParams")
+        image = req["image_uuid"]
+        rec = self.images.get(image)
+        if not image.startswith("base-image-") and (
+                rec is None or self._image_json(image, rec, now)["status"] != "finished"):
+            raise _Refusal("镜像不存在或未保存完成", "ImageNotFound")
         if spec in self.sold_out:
             raise _Refusal("暂无库存，请稍后再试或选择其他规格", "NoStock")
         if self.sold_out_tries.get(spec, 0) > 0:
@@ -591,6 +636,15 @@ class AutoDLEmulator:
             "timed_shutdown_at": {"Time": "0001-01-01T00:00:00Z", "Valid": False},
         }
 
+    def _image_json(self, image_uuid: str, rec: dict[str, Any], t: float) -> dict[str, Any]:
+        if rec["failed"]:
+            status = "failed"
+        else:
+            status = "saving" if t - rec["at"] < self.image_save_s else "finished"
+        return {"image_uuid": image_uuid, "image_name": rec["name"],
+                "instance_uuid": rec["instance"], "status": status,
+                "created_at": _cst(rec["at"]), "image_size": 12 << 30}
+
     def _snapshot(self, inst: EmuInstance, t: float) -> dict[str, Any]:
         c = inst.cycles[-1]
         # powered off, the box has no port: the snapshot says 0 (as AutoDL's does)
@@ -601,7 +655,12 @@ class AutoDLEmulator:
             "snapshot_gpu_alias_name": self.specs[inst.spec][1], "chip_corp": "nvidia",
             "cpu_arch": "x86", "ssh_command": f"ssh -p {port} root@127.0.0.1",
             "proxy_host": "127.0.0.1", "ssh_port": port, "root_password": c.password,
-            "jupyter_token": secrets.token_hex(8), "jupyter_domain": "",
+            "jupyter_token": secrets.token_hex(8),
+            "jupyter_domain": f"https://{inst.uuid}-jupyter.westb.seetacloud.com:8443",
+            "service_6006_domain": f"{inst.uuid}-6006.westb.seetacloud.com:8443",
+            "service_6006_port_protocol": "https",
+            "service_6008_domain": f"{inst.uuid}-6008.westb.seetacloud.com:8443",
+            "service_6008_port_protocol": "http",
             "system_init_disk_size": 30 * 1024**3,
             "expand_system_disk_size": inst.expand_gb * 1024**3,
             "usage_info": {"cpu_usage_percent": 3, "mem_usage_percent": 10,

@@ -15,6 +15,18 @@ if TYPE_CHECKING:
 DEFAULT_PORT = 11434
 DEFAULT_CONTEXT = 4096  # Ollama's num_ctx when OLLAMA_CONTEXT_LENGTH is not set
 INSTALL_COMMAND = "curl -fsSL https://ollama.com/install.sh | sh"
+# AutoDL's academic proxy (GitHub, Hugging Face, ollama.com downloads) is turned on by sourcing
+# this file; elsewhere it does not exist and the install runs as it is.
+NETWORK_TURBO = "/etc/network_turbo"
+
+
+def install_run_command(turbo: str = NETWORK_TURBO) -> str:
+    """The install as it runs on the instance: with the provider's download proxy where the
+    instance has one (`source /etc/network_turbo`, in POSIX sh as `.`)."""
+    import shlex
+
+    path = shlex.quote(turbo)
+    return f"if [ -f {path} ]; then . {path}; fi; {INSTALL_COMMAND}"
 UNIT = "ollama.service"
 DROPIN_DIR = "/etc/systemd/system/ollama.service.d"
 DROPIN_NAME = "zz-gputui-gpus.conf"  # sorts after override.conf (`systemctl edit`): ours wins

@@ -29,6 +29,7 @@ from gputui.services.ollama.common import (
     UNIT,
     FitRefused,
     OllamaServiceError,
+    install_run_command,
 )
 from gputui.services.ollama.fit import (
     FitCheck,
@@ -599,7 +600,7 @@ class OllamaService:
 
     async def install(self, inst: Instance) -> str:
         """Run the official install script (minutes). Returns the last lines of its output."""
-        result = await self._sh(inst, INSTALL_COMMAND, timeout=900)
+        result = await self._sh(inst, install_run_command(), timeout=900)
         out = (result.stdout + result.stderr).strip().splitlines()
         if result.exit_status != 0:
             raise OllamaServiceError(_("{name}: the install failed: {why}").format(
