@@ -161,7 +161,7 @@ def _command(args: argparse.Namespace, options: argparse.ArgumentParser) -> list
 
 # -- the queue --------------------------------------------------------------------------------
 def print_table(view: Any, inst: Any, lease: Any = None) -> None:
-    from gputui.format import format_elapsed, format_money
+    from gputui.format import format_elapsed, format_small_money
     from gputui.nvidia.nvsmi import sanitize
 
     if not view.jobs:
@@ -176,7 +176,7 @@ def print_table(view: Any, inst: Any, lease: Any = None) -> None:
     for j in view.jobs:
         util = f"{j.gpu_util_avg:.0f}" if j.gpu_util_avg is not None else "-"
         mem = f"{j.gpu_mem_max_mib:.0f}" if j.gpu_mem_max_mib is not None else "-"
-        cost = format_money(j.cost, j.currency) if j.cost is not None else "-"
+        cost = format_small_money(j.cost, j.currency) if j.cost is not None else "-"
         code = str(j.exit_code) if j.exit_code is not None else "-"
         name = pad_cells(truncate_cells(sanitize(j.name, 60), 18, where="middle"), 18)
         print(f"{j.id:>4} {name} {pad_cells(status_text(j.status), 9)} "
@@ -480,9 +480,9 @@ async def _run(services: Any, args: argparse.Namespace, command: list[str]) -> i
         return await _interrupted(services, jobs, inst, job_id)
     view = await jobs.wait(inst, [job_id])
     job = view.get(job_id)
-    from gputui.format import format_elapsed, format_money
+    from gputui.format import format_elapsed, format_small_money
 
-    cost = format_money(job.cost, job.currency) if job.cost is not None else "-"
+    cost = format_small_money(job.cost, job.currency) if job.cost is not None else "-"
     print(_("{name}: job {job_id} {status} (exit {code}) in {time}, {cost}").format(
         name=inst.name, job_id=job_id, status=status_text(job.status), code=job.exit_code,
         time=format_elapsed(job.seconds()), cost=cost), file=sys.stderr)

@@ -21,7 +21,7 @@ from textual.coordinate import Coordinate
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, RichLog, Static
 
-from gputui.format import format_elapsed, format_money, status_text
+from gputui.format import format_elapsed, format_small_money, status_text
 from gputui.i18n import N_, _, cell_len, shown, truncate_cells
 from gputui.models import Instance
 from gputui.store import InstanceChanged
@@ -278,7 +278,7 @@ class JobsScreen(BaseScreen):
             "time": format_elapsed(job.seconds(self.gapp.now())),
             "util": "-" if job.gpu_util_avg is None else f"{job.gpu_util_avg:.0f}",
             "mem": "-" if job.gpu_mem_max_mib is None else f"{job.gpu_mem_max_mib:.0f}",
-            "cost": "-" if job.cost is None else format_money(job.cost, job.currency),
+            "cost": "-" if job.cost is None else format_small_money(job.cost, job.currency),
         }
 
     def _head(self) -> None:
