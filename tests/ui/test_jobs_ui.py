@@ -56,7 +56,6 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
                     and cell(table, "2", "status") == "running", "two runs shown")
         assert cell(table, "1", "exit") == "3" and cell(table, "1", "name") == "first"
         assert "$" in cell(table, "1", "cost")
-        assert cell(table, "1", "cost") != "$0.00"  # a short run's cost reads <$0.01
         head = str(screen.query_one("#jobs-head", Static).render())
         assert "sweep" in head and "1 failed" in head
         await until(pilot, lambda: "hello from one" in log_text(screen), "the first run's log")
