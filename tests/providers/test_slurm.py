@@ -95,6 +95,16 @@ async def test_offers_rent_watch_queue_extend_release(slurm):
     lines = out.stdout.split("\n")
     assert lines[0] == f"{job} 0,1"
     assert lines[1:3] == ["0, NVIDIA H100 80GB HBM3", "1, NVIDIA H100 80GB HBM3"]
+    # the Monitor's long-lived stream runs there too, as a step of the allocation
+    link = await svc.link(inst)
+    got: list[str] = []
+    async with link.stream_lines("nvidia-smi --query-gpu=index,memory.total "
+                                 "--format=csv,noheader,nounits -lms 200") as stream:
+        async for line in stream:
+            got.append(line)
+            if len(got) >= 4:
+                break
+    assert [g.replace(" ", "") for g in got[:2]] == ["0,81559", "1,81559"]
 
     # a second allocation waits in Slurm's queue, saying why
     queued = await _rent(svc, 1, timedelta(hours=1), "waits")
