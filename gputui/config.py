@@ -200,6 +200,27 @@ class AutoDLSettings(_Section):
         return bool(self.enabled or self.token or (env.get(AUTODL_TOKEN_ENV) or "").strip())
 
 
+class SlurmClusterSettings(_Section):
+    """`[providers.slurm.NAME]`: a Slurm cluster reached over SSH through its login node."""
+
+    login: str  # the login node's ssh line, e.g. "ssh -p 22 user@login.example.org"
+    partition: str | None = None  # unset: the cluster's default partition
+    account: str | None = None  # sbatch --account
+    price_per_gpu_hour: Decimal = Field(ge=0)  # what a GPU-hour costs this renter
+    currency: Literal["USD", "CNY"] = "USD"
+    # The allocation's small CPU and memory request, per GPU (it must fit the node).
+    cpus_per_gpu: int = Field(default=1, ge=1, le=256)
+    mem_per_gpu_mb: int = Field(default=4096, ge=64, le=4_000_000)
+
+    @field_validator("login")
+    @classmethod
+    def _login(cls, v: str) -> str:
+        from gputui.remote.sshline import parse_ssh_line
+
+        parse_ssh_line(v)  # ValueError: one line saying what is wrong
+        return v
+
+
 class MoneySettings(_Section):
     """How currencies are combined: never, unless the user sets a rate (and it is shown)."""
 
@@ -250,6 +271,7 @@ class ProviderSettings(_Section):
     # `lambda` is a Python keyword, so the attribute has another name.
     lambda_cloud: LambdaSettings = Field(default_factory=LambdaSettings, alias="lambda")
     autodl: AutoDLSettings = Field(default_factory=AutoDLSettings)
+    slurm: dict[str, SlurmClusterSettings] = Field(default_factory=dict)  # by cluster name
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
@@ -306,6 +328,7 @@ def default_config() -> Config:
             sandbox=SandboxSettings.model_construct(),
             lambda_cloud=LambdaSettings.model_construct(),
             autodl=AutoDLSettings.model_construct(),
+            slurm={},
         ),
         money=MoneySettings.model_construct(),
         prices=[],

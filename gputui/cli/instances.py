@@ -64,17 +64,20 @@ def cmd_create(args: argparse.Namespace) -> int:
         args.name = check_label(args.name, "--name")
 
     async def body(services) -> int:
-        offer = await services.find_offer(args.provider, args.gpu)
+        offer = await services.find_offer(args.provider, args.gpu,
+                                          region=getattr(args, "cluster", None))
         from gputui.services.images import resolve_image  # a readable name, or an id
 
         args.image = await resolve_image(services, args.provider, args.image)
         try:
             request = CreateRequest(offer_id=offer.offer_id, gpu_count=offer.gpu_count if args.count is None else args.count,
                                     name=args.name or _default_name(offer.gpu),
-                                    disk_gb=args.disk, image=args.image)
+                                    disk_gb=args.disk, image=args.image,
+                                    nodes=getattr(args, "nodes", None) or 1)
         except ValidationError as exc:
             err = exc.errors()[0]
-            flag = {"gpu_count": "--count", "disk_gb": "--disk", "name": "--name"}.get(
+            flag = {"gpu_count": "--count", "disk_gb": "--disk", "name": "--name",
+                    "nodes": "--nodes"}.get(
                 str(err["loc"][0]), f"--{err['loc'][0]}")
             raise CommandError(_("{flag}: {problem}").format(flag=flag, problem=err["msg"].lower()),
                                EXIT_BAD_INPUT) from None
@@ -457,6 +460,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--disk", type=float, default=50, help=_("disk in GB (default 50)"))
     s.add_argument("--image", help=_("image, where the provider has images: its id or its "
                                      "readable name (`gputui images`)"))
+    s.add_argument("--cluster", help=_("slurm: which [providers.slurm.NAME] cluster"))
+    s.add_argument("--nodes", type=int, help=_("slurm: nodes to allocate (the GPUs are split "
+                                               "evenly among them; default 1)"))
     s.add_argument("--json", action="store_true", help=_("print the instance as JSON"))
     s.add_argument("--wait", metavar="DURATION",
                    help=_("if the card is sold out, keep trying this long (e.g. 2h; at least "

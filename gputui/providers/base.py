@@ -45,6 +45,8 @@ class CreateRequest(BaseModel):
     disk_gb: float = Field(default=50, ge=1, le=100_000)
     # the lease's deadline, for providers that arm a timer on the instance at boot (AutoDL)
     release_at: datetime | None = None
+    # machines to spread the GPUs over (a Slurm allocation's --nodes); 1 everywhere else
+    nodes: int = Field(default=1, ge=1, le=64)
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,9 @@ class Provider:
 
     async def link_target(self, instance: Instance) -> tuple[SSHEndpoint | None, dict[str, Any]]:
         """Where and how to connect now: the endpoint and extra link options (AutoDL reads
-        port and password afresh; the sandbox takes its own key only). Default: as recorded."""
+        port and password afresh; the sandbox takes its own key only; a Slurm allocation's
+        link is its cluster's login node, with a `command_wrapper` that runs each command
+        inside the allocation). Default: as recorded."""
         return instance.ssh, {}
 
     async def close(self) -> None:

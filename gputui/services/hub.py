@@ -123,6 +123,7 @@ PROVIDER_CLASSES: dict[str, str] = {
     "autodl": "gputui.providers.autodl:AutoDLProvider",
     "ssh": "gputui.providers.ssh:SshProvider",
     "lambda": "gputui.providers.lambda_cloud:LambdaProvider",
+    "slurm": "gputui.providers.slurm:SlurmProvider",
 }
 
 
@@ -215,6 +216,8 @@ class Services:
             factories["lambda"] = lambda_cloud
         if config.providers.autodl.wanted():  # enabled, a token in config, or AUTODL_TOKEN
             factories["autodl"] = autodl
+        if config.providers.slurm:  # one or more [providers.slurm.NAME] clusters
+            factories["slurm"] = lambda: provider_class("slurm")(ctx)  # type: ignore[call-arg]
         self.providers = ProviderSet(factories)
 
     @cached_property
@@ -258,11 +261,17 @@ class Services:
         except ProviderError as exc:
             raise _service_error(exc) from None
 
-    async def find_offer(self, provider: str, gpu: str) -> Offer:
-        """Match a typed GPU name loosely against the provider's offers (the design's rule)."""
+    async def find_offer(self, provider: str, gpu: str, *, region: str | None = None) -> Offer:
+        """Match a typed GPU name loosely against the provider's offers (the design's rule);
+        `region`: only that region's (a Slurm cluster's name)."""
         from gputui.catalog.match import catalog_aliases, match_gpu
 
         offers = await self.offers(provider)
+        if region is not None:
+            offers = [o for o in offers if o.region == region]
+            if not offers:
+                raise InvalidRequest(_("{provider}: no offers in {region}").format(
+                    provider=provider, region=repr(region)))
         if not offers:
             raise ServiceError(_("{provider}: no offers").format(provider=provider))
         names = [o.gpu for o in offers]

@@ -122,6 +122,7 @@ class Link:
         backoff_jitter: float = 0.2,
         on_state: StateCallback | None = None,
         name: str | None = None,
+        command_wrapper: Callable[[str], str] | None = None,
     ):
         if known_hosts is None:  # pragma: no cover - guarded by the type, but be explicit
             raise ValueError(N_("known_hosts is required (host keys are always checked)"))
@@ -139,6 +140,9 @@ class Link:
         self.keepalive_count_max = keepalive_count_max
         self._backoff = _Backoff(backoff_initial, backoff_max, backoff_jitter)
         self._on_state = on_state
+        # Where the link's host is a gateway (a Slurm login node), how each command is run on
+        # the machine behind it (`srun --jobid … --overlap`); SFTP and forwards stay on the host.
+        self._wrap = command_wrapper or (lambda cmd: cmd)
 
         self.state: LinkState = LinkState.UNKNOWN
         self.detail: str | None = None
@@ -493,7 +497,7 @@ class Link:
         conn = await self._connection(timeout if connect_timeout is None else connect_timeout)
         try:
             proc = await conn.create_process(
-                cmd,
+                self._wrap(cmd),
                 input=input,
                 stdin=asyncssh.DEVNULL if input is None else asyncssh.PIPE,
                 encoding="utf-8",
@@ -541,7 +545,7 @@ class Link:
                 return
             try:
                 proc = await conn.create_process(
-                    cmd, stdin=asyncssh.DEVNULL, encoding="utf-8", errors="replace"
+                    self._wrap(cmd), stdin=asyncssh.DEVNULL, encoding="utf-8", errors="replace"
                 )
             except (asyncssh.ChannelOpenError, asyncssh.DisconnectError, OSError) as exc:
                 if restart and await self._dropped(conn):
