@@ -31,6 +31,7 @@ from gputui.models import (
     GpuSample,
     Hint,
     HostInventory,
+    HostSample,
     Instance,
     Lease,
     LedgerEntry,
@@ -192,6 +193,8 @@ class InstanceTelemetry:
     updated: float | None = None  # monotonic time of the last sample
     skipped_lines: int = 0
     diagnosis: str | None = None
+    host: HostSample | None = None  # CPU, memory, disks, network beside the GPUs (latest)
+    host_updated: float | None = None  # monotonic time of `host`
 
     def latest(self) -> list[GpuSample]:
         return [s for _, s in sorted(self.gpus.items())]
@@ -860,6 +863,14 @@ class SessionStore:
         tel = self.telemetry(instance_id)
         if tel.inventory != inventory:
             tel.inventory = inventory
+            self.emit(TelemetryChanged(instance_id))
+
+    def set_host(self, instance_id: str, sample: HostSample, *, quiet: bool = False) -> None:
+        """The latest host vitals; `quiet`: the next GPU tick tells the screens."""
+        tel = self.telemetry(instance_id)
+        tel.host = sample
+        tel.host_updated = time.monotonic()
+        if not quiet:
             self.emit(TelemetryChanged(instance_id))
 
     def set_hints(self, instance_id: str, hints: Sequence[Hint]) -> None:

@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass
 
 from gputui.models import DiskUse, HostSample
+from gputui.sanitize import sanitize
 
 # Every tenth tick the disks are read again (`df` is a process; disks fill in minutes).
 DF_EVERY = 10
@@ -158,8 +159,8 @@ def parse_df_row(row: str) -> DiskUse | None:
     if len(parts) < 6 or not parts[1].isdigit() or not parts[2].isdigit() \
             or not parts[3].isdigit():
         return None
-    mount = row.split(None, 5)[5]
-    return DiskUse(mount=mount, filesystem=parts[0], size_kib=int(parts[1]),
+    mount = sanitize(row.split(None, 5)[5], 200)  # remote text: shown on screens and hints
+    return DiskUse(mount=mount, filesystem=sanitize(parts[0], 200), size_kib=int(parts[1]),
                    used_kib=int(parts[2]), avail_kib=int(parts[3]))
 
 
@@ -279,8 +280,8 @@ class VitalsParser:
             return None
         cpu_text = f.get("cpu", "")
         values = [_float(x) for x in cpu_text.split(",")] if cpu_text else []
-        cpu = tuple(v for v in values if v is not None)
-        cpu = cpu if len(cpu) == len(values) >= 5 else None
+        read = tuple(v for v in values if v is not None)
+        cpu = read if len(read) == len(values) >= 5 else None
         online = _float(f.get("on"))
         quota, period = _float(f.get("cq")), _float(f.get("cp"))
         cores: float | None = online
