@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from gputui.models import DiskUse
+from gputui.models import DiskUse, GpuSample, HostSample
+from gputui.services.telemetry.hints import HintRules, _Trend, evaluate_host_hints
 from gputui.services.telemetry.vitals import (
     VitalsParser,
     cpuset_count,
@@ -145,3 +146,80 @@ def test_the_reader_runs_with_sh_and_awk_here():
     assert last.mem_total_mib and last.mem_used_mib is not None
     assert last.load1 is not None and last.cpu_cores and last.cpu_cores >= 1
     assert any(d.mount == "/" for d in last.disks)
+
+
+# ------------------------------------------------------------------------------------------
+# Hints from the vitals
+# ------------------------------------------------------------------------------------------
+
+RULES = HintRules(bucket_s=1.0, input_s=30.0)
+
+
+def gpu_history(util: float, seconds: int = 40) -> tuple[list[GpuSample], dict[int, _Trend]]:
+    trends = {0: _Trend(RULES.bucket_s, RULES.keep_s), 1: _Trend(RULES.bucket_s, RULES.keep_s)}
+    samples = [GpuSample(index=i, utilization_gpu=util) for i in (0, 1)]
+    for t in range(seconds + 1):
+        for s in samples:
+            trends[s.index].add(float(t), s)
+    return samples, trends
+
+
+def host_history(cpu: float | None, wait: float | None, seconds: int = 40):
+    return [(float(t), cpu, wait) for t in range(seconds + 1)]
+
+
+def codes(hints) -> list[str]:
+    return [h.code for h in hints]
+
+
+def test_idle_gpus_beside_saturated_cpus_say_data_loading():
+    latest, trends = gpu_history(3.0)
+    host = HostSample(cpu_pct=97, cpu_cores=8, iowait_pct=1)
+    hints = evaluate_host_hints(host, host_history(97, 1), latest, trends, 40.0, RULES)
+    assert codes(hints) == ["input-bound"]
+    text = str(hints[0].text)
+    assert "97 % of 8 cores" in text and "3 %" in text and "DataLoader workers" in text
+
+
+def test_idle_gpus_waiting_on_io_say_a_faster_disk():
+    latest, trends = gpu_history(10.0)
+    host = HostSample(cpu_pct=30, cpu_cores=8, iowait_pct=45)
+    hints = evaluate_host_hints(host, host_history(30, 45), latest, trends, 40.0, RULES)
+    assert codes(hints) == ["input-bound"]
+    assert "wait on I/O (45 %" in str(hints[0].text) and "faster disk" in str(hints[0].text)
+
+
+@pytest.mark.parametrize("gpu, cpu, wait, seconds", [
+    (85.0, 97, 0, 40),   # busy GPUs: the CPUs keep up
+    (3.0, 40, 2, 40),    # idle GPUs, idle CPUs: nothing is running
+    (3.0, 97, 0, 10),    # saturated for 10 s only: not yet
+])
+def test_no_data_loading_hint_otherwise(gpu, cpu, wait, seconds):
+    latest, trends = gpu_history(gpu, seconds)
+    host = HostSample(cpu_pct=cpu, cpu_cores=8, iowait_pct=wait)
+    hints = evaluate_host_hints(host, host_history(cpu, wait, seconds), latest, trends,
+                                float(seconds), RULES)
+    assert codes(hints) == []
+
+
+def test_a_dip_in_the_window_is_the_mean_not_every_reading():
+    latest, trends = gpu_history(3.0)
+    recent = host_history(97, 0)
+    recent[-5:] = [(t, 20.0, 0.0) for t, _c, _w in recent[-5:]]  # the job just ended
+    hints = evaluate_host_hints(HostSample(cpu_pct=20, cpu_cores=8), recent, latest, trends,
+                                40.0, RULES)
+    assert codes(hints) == []  # mean (26×97 + 5×20)/31 < 90
+
+
+def test_a_disk_nearly_full_warns_and_names_it():
+    disks = [DiskUse(mount="/", filesystem="overlay", size_kib=100, used_kib=50, avail_kib=50),
+             DiskUse(mount="/root/autodl-tmp", filesystem="/dev/nvme1n1",
+                     size_kib=50 * 1048576, used_kib=46 * 1048576, avail_kib=4 * 1048576)]
+    hints = evaluate_host_hints(HostSample(disks=disks), [], [], {}, 0.0, RULES)
+    assert codes(hints) == ["disk-full"]
+    assert hints[0].severity == "warning"
+    text = str(hints[0].text)
+    assert "/root/autodl-tmp is 92 % full (4.0 GiB free)" in text
+    full = [DiskUse(mount="/", size_kib=100, used_kib=99, avail_kib=1)]
+    assert evaluate_host_hints(HostSample(disks=full), [], [], {}, 0.0, RULES)[0].severity \
+        == "error"
