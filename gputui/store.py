@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +196,7 @@ class InstanceTelemetry:
     diagnosis: str | None = None
     host: HostSample | None = None  # CPU, memory, disks, network beside the GPUs (latest)
     host_updated: float | None = None  # monotonic time of `host`
+    host_cpu: deque[float | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
     def latest(self) -> list[GpuSample]:
         return [s for _, s in sorted(self.gpus.items())]
@@ -870,6 +872,7 @@ class SessionStore:
         tel = self.telemetry(instance_id)
         tel.host = sample
         tel.host_updated = time.monotonic()
+        tel.host_cpu.append(sample.cpu_pct)
         if not quiet:
             self.emit(TelemetryChanged(instance_id))
 
