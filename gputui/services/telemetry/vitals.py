@@ -83,23 +83,46 @@ END {
 """
 
 _SCRIPT = (
-    'i=${1:-1}; n=0; F=""\n'
+    'i=${1:-1}; c=${2:-0}; n=0; F=""\n'
     f"for f in {_FILES}; do [ -r \"$f\" ] && F=\"$F $f\"; done\n"
     "while :; do\n"
     f"  if [ $((n % {DF_EVERY})) -eq 0 ]; then\n"
     "    df -kP 2>/dev/null | awk 'NR > 1 { print \"D \" $0 }' || exit 0\n"
     "  fi\n"
     f"  awk {shlex.quote(_AWK)} $F || exit 0\n"
-    "  n=$((n + 1)); sleep \"$i\" || exit 0\n"
+    "  n=$((n + 1)); [ \"$c\" -gt 0 ] && [ \"$n\" -ge \"$c\" ] && exit 0\n"
+    "  sleep \"$i\" || exit 0\n"
     "done\n"
 )
 
 
-def vitals_command(interval_ms: int) -> str:
-    """The remote command: prints a `V` line every `interval_ms` until its output closes."""
+def vitals_command(interval_ms: int, ticks: int = 0) -> str:
+    """The remote command: prints a `V` line every `interval_ms` until its output closes
+    (or, with `ticks`, that many lines and exits 0)."""
     seconds = max(0.1, interval_ms / 1000)
     return (f"LC_ALL=C exec sh -c {shlex.quote(_SCRIPT)} gputui-vitals "
-            f"{shlex.quote(f'{seconds:g}')}")
+            f"{shlex.quote(f'{seconds:g}')} {max(0, int(ticks))}")
+
+
+def read_vitals(text: str) -> HostSample | None:
+    """The last reading in a bounded run's output (`vitals_command(ms, ticks=2)`)."""
+    parser = VitalsParser()
+    last = None
+    for line in text.splitlines():
+        sample = parser.feed(line)
+        if sample is not None:
+            last = sample
+    return last
+
+
+def vitals_json(host: HostSample | None) -> dict[str, object] | None:
+    """The vitals for `--json` and exports: the model's fields and each disk's use in %."""
+    if host is None:
+        return None
+    data: dict[str, object] = host.model_dump()
+    data["mem_pct"] = host.mem_pct
+    data["disks"] = [dict(d.model_dump(), used_pct=d.used_pct) for d in host.disks]
+    return data
 
 
 # ------------------------------------------------------------------------------------------
