@@ -457,6 +457,58 @@ class HostInventory(_Model):
     processes: list[ProcessSample] = Field(default_factory=list)
 
 
+# --- host vitals (CPU, memory, disks, network) beside the GPUs -------------------------------------
+
+
+class DiskUse(_Model):
+    """One mounted disk as `df -kP` reports it (KiB)."""
+
+    mount: str
+    filesystem: str | None = None
+    size_kib: int = 0
+    used_kib: int = 0
+    avail_kib: int = 0
+
+    @property
+    def used_pct(self) -> float | None:
+        """Used as `df` counts it: used / (used + available), so reserved blocks count as
+        full (the point where writes fail)."""
+        room = self.used_kib + self.avail_kib
+        return self.used_kib / room * 100 if room > 0 else None
+
+
+class HostSample(_Model):
+    """One reading of an instance's host (or container): what the GPUs wait on.
+
+    Rates are over the last interval; a figure the host does not offer is None."""
+
+    cpu_pct: float | None = None  # busy share of the cores this instance may use, 0-100
+    cpu_cores: float | None = None  # cores it may use (cgroup quota, cpuset, or online CPUs)
+    cpu_limited: bool = False  # `cpu_cores` comes from a cgroup limit, not the whole machine
+    iowait_pct: float | None = None  # share of the machine's CPU time waiting on I/O
+    load1: float | None = None
+    load5: float | None = None
+    load15: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    mem_limited: bool = False  # `mem_total_mib` is the container's (cgroup) limit
+    disk_read_bps: float | None = None
+    disk_write_bps: float | None = None
+    net_rx_bps: float | None = None
+    net_tx_bps: float | None = None
+    disks: list[DiskUse] = Field(default_factory=list)
+
+    @property
+    def mem_pct(self) -> float | None:
+        if self.mem_used_mib is None or not self.mem_total_mib:
+            return None
+        return self.mem_used_mib / self.mem_total_mib * 100
+
+    def fullest_disk(self) -> DiskUse | None:
+        scored = [d for d in self.disks if d.used_pct is not None]
+        return max(scored, key=lambda d: d.used_pct or 0.0) if scored else None
+
+
 # --- what the monitor's hints say ----------------------------------------------------------------
 
 _HINT_SHORT = {
@@ -466,6 +518,8 @@ _HINT_SHORT = {
     "memory-full": N_("mem full"),
     "thermal": N_("hot"),
     "power-cap": N_("power cap"),
+    "input-bound": N_("CPU/IO bound"),
+    "disk-full": N_("disk full"),
 }
 
 
@@ -473,7 +527,8 @@ _HINT_SHORT = {
 class Hint:
     """Where the seed guides say to look. `code` is stable (tests, UI marks)."""
 
-    code: str  # imbalance | idle-memory | low-util | memory-full | thermal | power-cap
+    code: str  # imbalance | idle-memory | low-util | memory-full | thermal | power-cap |
+    #            input-bound | disk-full (host vitals)
     text: str
     gpu_index: int | None = None
     severity: str = "warning"

@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from gputui.models import (
     GpuSample,
     Hint,
     HostInventory,
+    HostSample,
     Instance,
     Lease,
     LedgerEntry,
@@ -192,6 +194,9 @@ class InstanceTelemetry:
     updated: float | None = None  # monotonic time of the last sample
     skipped_lines: int = 0
     diagnosis: str | None = None
+    host: HostSample | None = None  # CPU, memory, disks, network beside the GPUs (latest)
+    host_updated: float | None = None  # monotonic time of `host`
+    host_cpu: deque[float | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
     def latest(self) -> list[GpuSample]:
         return [s for _, s in sorted(self.gpus.items())]
@@ -860,6 +865,15 @@ class SessionStore:
         tel = self.telemetry(instance_id)
         if tel.inventory != inventory:
             tel.inventory = inventory
+            self.emit(TelemetryChanged(instance_id))
+
+    def set_host(self, instance_id: str, sample: HostSample, *, quiet: bool = False) -> None:
+        """The latest host vitals; `quiet`: the next GPU tick tells the screens."""
+        tel = self.telemetry(instance_id)
+        tel.host = sample
+        tel.host_updated = time.monotonic()
+        tel.host_cpu.append(sample.cpu_pct)
+        if not quiet:
             self.emit(TelemetryChanged(instance_id))
 
     def set_hints(self, instance_id: str, hints: Sequence[Hint]) -> None:

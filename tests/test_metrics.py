@@ -17,7 +17,17 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gputui.models import BillingRule, GpuSample, Instance, InstanceStatus, Lease, LinkState, utcnow
+from gputui.models import (
+    BillingRule,
+    DiskUse,
+    GpuSample,
+    HostSample,
+    Instance,
+    InstanceStatus,
+    Lease,
+    LinkState,
+    utcnow,
+)
 from gputui.services.metrics import FleetCollector, registry_for
 from gputui.store import SessionStore
 from tests.conftest import GPUTUI, run_gputui_env
@@ -83,6 +93,41 @@ def test_a_scrape_names_units_labels_and_currencies(gputui_home: Path):
     assert set(today) == {"USD", "CNY"}  # per currency, never one sum
     assert all(name.startswith("gputui_") for name in got)
     assert cny.id  # listed above by name
+
+
+def test_a_scrape_carries_the_host_vitals(gputui_home: Path):
+    store = SessionStore(gputui_home / "state.db")
+    inst = _instance(store, "h1", "vitals", "1.00", "USD", gpus=1)
+    _instance(store, "h2", "no-vitals-yet", "1.00", "USD", gpus=1)
+    store.set_host(inst.id, HostSample(
+        cpu_pct=97.0, cpu_cores=4, cpu_limited=True, iowait_pct=2.5, load1=3.9, load5=3.0,
+        load15=None, mem_used_mib=2048.0, mem_total_mib=8192.0, disk_read_bps=1.5e6,
+        disk_write_bps=0.0, net_rx_bps=None, net_tx_bps=10.0,
+        disks=[DiskUse(mount="/", filesystem="overlay", size_kib=1000, used_kib=930,
+                       avail_kib=70),
+               DiskUse(mount="/data\x1b[2J", filesystem="/dev/sdb", size_kib=10,
+                       used_kib=1, avail_kib=9)]))
+    got = scrape(FleetCollector(store))
+    [cpu] = got["gputui_host_cpu_utilization_ratio"]  # the instance without vitals is absent
+    assert cpu.value == pytest.approx(0.97)
+    assert cpu.labels == {"instance_name": "vitals", "provider": "sandbox"}
+    assert got["gputui_host_cpu_cores"][0].value == 4
+    assert got["gputui_host_cpu_iowait_ratio"][0].value == pytest.approx(0.025)
+    load = {s.labels["window"]: s.value for s in got["gputui_host_load_average"]}
+    assert load == {"1m": 3.9, "5m": 3.0}  # 15m not read: absent, not 0
+    assert got["gputui_host_memory_used_bytes"][0].value == 2048 * 1024 * 1024
+    assert got["gputui_host_memory_total_bytes"][0].value == 8192 * 1024 * 1024
+    io = {s.labels["direction"]: s.value for s in got["gputui_host_disk_bytes_per_second"]}
+    assert io == {"read": 1.5e6, "write": 0.0}
+    net = {s.labels["direction"]: s.value for s in got["gputui_host_network_bytes_per_second"]}
+    assert net == {"transmit": 10.0}
+    used = {s.labels["mount"]: s.value for s in got["gputui_host_filesystem_used_ratio"]}
+    assert used["/"] == pytest.approx(0.93)
+    assert all("\x1b" not in m for m in used)  # a remote mount name is a clean label
+    size = {s.labels["mount"]: s.value for s in got["gputui_host_filesystem_size_bytes"]}
+    assert size["/"] == 1000 * 1024
+    [age] = got["gputui_host_sample_age_seconds"]
+    assert 0 <= age.value < 60
 
 
 def test_metrics_on_a_released_instance_go_away(gputui_home: Path):

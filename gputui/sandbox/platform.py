@@ -436,6 +436,10 @@ class Platform:
         root = self.instance_root(rec.id)
         with contextlib.suppress(OSError):  # a newer gputui brings its newer tools
             await asyncio.to_thread(install_shims, root, python=sys.executable)
+        from gputui.sandbox.shims.df import write_disk_size
+
+        with contextlib.suppress(OSError):  # `df` on the instance shows the rented disk
+            await asyncio.to_thread(write_disk_size, root, rec.disk_gb)
         kwargs: dict[str, Any] = dict(host_key_path=self.host_key_path(rec.id),
                                       authorized_keys=[self.client_public_key()])
         try:

@@ -132,6 +132,85 @@ class FleetCollector:
 
         return self._on_loop(copy)
 
+    def _hosts(self, ids: list[str]) -> dict[str, tuple[Any, float | None]]:
+        store = self.store
+
+        def copy() -> dict[str, tuple[Any, float | None]]:
+            out = {}
+            for iid in ids:
+                tel = store._telemetry.get(iid)  # read only: never create an entry
+                if tel is not None and tel.host is not None:
+                    out[iid] = (tel.host, tel.host_updated)
+            return out
+
+        return self._on_loop(copy)
+
+    def _host_families(self, live: list[Instance], mono: float) -> list[Any]:
+        """Host vitals beside the GPUs: CPU (of the cores the instance may use), load, memory,
+        disk and network rates, and each disk's size and use."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        hosts = self._hosts([i.id for i in live])
+        il = ["instance_name", "provider"]
+
+        def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=[*il, *extra])
+
+        cpu = gauge("gputui_host_cpu_utilization_ratio",
+                    "Busy share (0-1) of the CPU cores the instance may use")
+        cores = gauge("gputui_host_cpu_cores",
+                      "CPU cores the instance may use (its cgroup quota or cpuset, else all)")
+        iowait = gauge("gputui_host_cpu_iowait_ratio", "Share (0-1) of CPU time waiting on I/O")
+        load = gauge("gputui_host_load_average", "Load average", ("window",))
+        mem_used = gauge("gputui_host_memory_used_bytes",
+                         "Memory in use (the container's, where it has a limit)")
+        mem_total = gauge("gputui_host_memory_total_bytes",
+                          "Memory in all (the container's limit, where it has one)")
+        disk_io = gauge("gputui_host_disk_bytes_per_second", "Disk throughput", ("direction",))
+        net = gauge("gputui_host_network_bytes_per_second", "Network throughput",
+                    ("direction",))
+        fs_size = gauge("gputui_host_filesystem_size_bytes", "A disk's size", ("mount",))
+        fs_avail = gauge("gputui_host_filesystem_avail_bytes", "A disk's free space",
+                         ("mount",))
+        fs_used = gauge("gputui_host_filesystem_used_ratio",
+                        "A disk's use (0-1) as df counts it", ("mount",))
+        age = gauge("gputui_host_sample_age_seconds",
+                    "Seconds since the instance's latest host reading")
+        for inst in live:
+            got = hosts.get(inst.id)
+            if got is None:
+                continue
+            h, updated = got
+            labels = [label(inst.name), label(inst.provider)]
+            if updated is not None:
+                age.add_metric(labels, max(0.0, mono - updated))
+            if h.cpu_pct is not None:
+                cpu.add_metric(labels, h.cpu_pct / 100.0)
+            if h.cpu_cores is not None:
+                cores.add_metric(labels, h.cpu_cores)
+            if h.iowait_pct is not None:
+                iowait.add_metric(labels, h.iowait_pct / 100.0)
+            for window, value in (("1m", h.load1), ("5m", h.load5), ("15m", h.load15)):
+                if value is not None:
+                    load.add_metric([*labels, window], value)
+            if h.mem_used_mib is not None:
+                mem_used.add_metric(labels, h.mem_used_mib * MIB)
+            if h.mem_total_mib is not None:
+                mem_total.add_metric(labels, h.mem_total_mib * MIB)
+            for fam, pairs in ((disk_io, (("read", h.disk_read_bps), ("write", h.disk_write_bps))),
+                               (net, (("receive", h.net_rx_bps), ("transmit", h.net_tx_bps)))):
+                for direction, value in pairs:
+                    if value is not None:
+                        fam.add_metric([*labels, direction], value)
+            for d in h.disks:
+                mount = [*labels, label(d.mount)]
+                fs_size.add_metric(mount, d.size_kib * 1024.0)
+                fs_avail.add_metric(mount, d.avail_kib * 1024.0)
+                if d.used_pct is not None:
+                    fs_used.add_metric(mount, d.used_pct / 100.0)
+        return [cpu, cores, iowait, load, mem_used, mem_total, disk_io, net, fs_size, fs_avail,
+                fs_used, age]
+
     def describe(self) -> list[Any]:
         return []  # no describe-time scrape: the registry must not read the store at register
 
@@ -223,6 +302,7 @@ class FleetCollector:
             today.add_metric([label(cur)], float(spent))
         yield from (util, mem_used, mem_total, temp, power, power_limit, age, link, rate, cost,
                     release, running, today)
+        yield from self._host_families(live, mono)
 
 
 def registry_for(collector: FleetCollector) -> CollectorRegistry:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from gputui.errors import GputuiError
 from gputui.i18n import N_, _
 from gputui.i18n import Deferred as D
-from gputui.models import GpuSample, HostInventory, Instance, ProcessSample
+from gputui.models import GpuSample, HostInventory, HostSample, Instance, ProcessSample
 from gputui.nvidia.diagnose import DIAGNOSES, Diagnosis, diagnose_nvidia_smi
 from gputui.nvidia.nvsmi import (
     NvsmiParseError,
@@ -46,6 +46,7 @@ from gputui.nvidia.nvsmi import (
     xml_samples,
 )
 from gputui.services.telemetry import read_processes
+from gputui.services.telemetry.vitals import read_vitals, vitals_command, vitals_json
 
 if TYPE_CHECKING:
     from gputui.services.hub import Services
@@ -75,6 +76,7 @@ class Snapshot:
     samples: list[GpuSample] = field(default_factory=list)
     processes: list[ProcessSample] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # Deferred text: English in JSON
+    host: HostSample | None = None  # CPU, memory, disks, network (an instance: two readings)
 
 
 class SnapshotFailed(GputuiError):
@@ -126,6 +128,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
         "cuda_version": snap.inventory.cuda_version,
         "gpus": gpus,
         "processes": processes,
+        "host": vitals_json(snap.host),
         "notes": list(snap.notes),
     }
 
@@ -174,9 +177,41 @@ def format_snapshot(snap: Snapshot) -> str:
             pid=p.pid, command=_short_cmd(p.name), memory=_num(p.used_memory_mib)))
     if not snap.samples:
         lines.append(_("no GPUs"))
+    if snap.host is not None:
+        lines.append(_host_line(snap.host))
     for note in snap.notes:
         lines.append(_("note: {note}").format(note=_shown(note)))
     return "\n".join(lines)
+
+
+def _host_line(host: HostSample) -> str:
+    """The host's vitals on one line: CPU, load, RAM, disk and network rates, each disk."""
+    def gib(mib: float | None) -> str:
+        return "?" if mib is None else f"{mib / 1024:.1f}"
+
+    def rate(bps: float | None) -> str:
+        return "?" if bps is None else f"{bps / 1e6:.1f} MB/s"
+
+    parts = [_("CPU {pct} of {cores} cores").format(
+        pct=f"{host.cpu_pct:.0f}%" if host.cpu_pct is not None else "?",
+        cores=f"{host.cpu_cores:g}" if host.cpu_cores else "?")]
+    if host.iowait_pct is not None:
+        parts.append(_("I/O wait {pct}").format(pct=f"{host.iowait_pct:.0f}%"))
+    if host.load1 is not None:
+        parts.append(_("load {values}").format(values=" ".join(
+            f"{v:.2f}" for v in (host.load1, host.load5, host.load15) if v is not None)))
+    parts.append(_("RAM {used} GiB").format(
+        used=f"{gib(host.mem_used_mib)}/{gib(host.mem_total_mib)}"))
+    parts.append(_("disk read {read} write {write}").format(read=rate(host.disk_read_bps),
+                                                            write=rate(host.disk_write_bps)))
+    parts.append(_("network in {rx} out {tx}").format(rx=rate(host.net_rx_bps),
+                                                      tx=rate(host.net_tx_bps)))
+    disks = ", ".join(_("{mount} {pct} ({free} GiB free)").format(
+        mount=d.mount, pct=f"{d.used_pct:.0f}%" if d.used_pct is not None else "?",
+        free=f"{d.avail_kib / 1048576:.1f}") for d in host.disks)
+    if disks:
+        parts.append(_("disks") + " " + disks)
+    return _("host: {vitals}").format(vitals=" · ".join(parts))
 
 
 def _short_cmd(name: str | None, limit: int = 40) -> str:
@@ -214,6 +249,11 @@ async def snapshot_instance(services: Services, inst: Instance) -> Snapshot:
         snap.notes.append(D(N_("processes not available: {why}"), why=why))
     else:
         snap.processes = procs
+    vitals = await link.run(vitals_command(500, ticks=2), timeout=30)
+    snap.host = read_vitals(vitals.stdout) if vitals.exit_status == 0 else None
+    if snap.host is None:
+        snap.notes.append(D(N_("host vitals not available (the instance has no sh, awk or "
+                               "/proc)")))
     return snap
 
 

@@ -115,6 +115,15 @@ async def test_smi_remote_snapshot_text_and_json(services: Services):
     (proc,) = data["processes"]
     assert proc["pid"] == pid and proc["gpu_index"] == 1 and proc["used_memory_mib"] == 6144
     assert proc["name"] == "python train.py" and proc["gpu_uuid"].startswith("GPU-")
+    # the host's vitals beside the GPUs: two readings of /proc, the rented disk from df
+    host = data["host"]
+    assert host is not None and 0 <= host["cpu_pct"] <= 100 and host["cpu_cores"] >= 1
+    assert host["mem_total_mib"] > 0 and 0 <= host["mem_pct"] <= 100
+    assert host["load1"] is not None and host["net_rx_bps"] is not None
+    (disk,) = host["disks"]
+    assert disk["mount"] == "/" and disk["size_kib"] == round(inst.disk_gb * 1e9 / 1024)
+    assert 0 <= disk["used_pct"] < 1  # a fresh instance folder on a rented disk
+    assert "host: CPU " in text and " cores" in text and "/ 0% (" in text
 
 
 async def test_smi_remote_with_a_broken_driver_prints_the_diagnosis(services: Services):

@@ -90,8 +90,10 @@ async def test_live_instance_under_load_at_80x24_keyboard_only(services: Service
         await wait_for(lambda: "%" in cells(table, f"{inst.id}/0")[1]
                        and int(cells(table, f"{inst.id}/0")[1].split()[-1].rstrip("%")) >= 60,
                        what="GPU 0 busy on screen")
-        # grouped: the instance row, then one compact row per GPU
-        assert row_keys(table)[:3] == [inst.id, f"{inst.id}/0", f"{inst.id}/1"]
+        # grouped: the instance row, its host's vitals, then one compact row per GPU
+        await wait_for(lambda: f"{inst.id}/host" in table.rows, what="the host row")
+        assert row_keys(table)[:4] == [inst.id, f"{inst.id}/host", f"{inst.id}/0",
+                                       f"{inst.id}/1"]
         assert cells(table, inst.id)[0] == "▾ train"
         assert "10.0/24.0" in cells(table, f"{inst.id}/0")[2]
         assert cells(table, inst.id)[-1] == "live"
@@ -153,7 +155,10 @@ async def test_wide_terminal_focus_from_home_and_interval_keys(services: Service
         await wait_for(lambda: f"{a.id}/0" in table.rows and f"{b.id}/1" in table.rows,
                        what="both instances")
         assert [c.key for c in overview_columns(200)][-4:] == ["fan", "sm", "hist", "note"]
-        assert row_keys(table) == [a.id, f"{a.id}/0", b.id, f"{b.id}/0", f"{b.id}/1"]
+        await wait_for(lambda: f"{a.id}/host" in table.rows and f"{b.id}/host" in table.rows,
+                       what="both host rows")
+        assert row_keys(table) == [a.id, f"{a.id}/host", f"{a.id}/0", b.id, f"{b.id}/host",
+                                   f"{b.id}/0", f"{b.id}/1"]
         assert "H100" in cells(table, f"{b.id}/0")[0]
         await wait_for(lambda: any(ch in cells(table, f"{b.id}/0")[7] for ch in "▁▂▃"),
                        what="history column")

@@ -13,6 +13,12 @@ screen switches. Per watched instance it runs two asyncio tasks it owns:
   `process_interval` seconds (`store.set_processes`), and the `nvidia-smi -q -x` inventory
   (driver, CUDA, MIG devices, ECC, PCIe, power limit) once per connection.
 
+- the *host reader*: one long-lived `sh`/`awk` loop (`vitals.vitals_command`) printing the
+  host's CPU (of the cores the container may use), load, memory (cgroup-aware), disk and
+  network counters every interval and `df` every tenth; parsed by `vitals.VitalsParser` into
+  `HostSample`s (`store.set_host`), with the hints "data loading is the bottleneck" (GPUs
+  idle while the CPUs are saturated or wait on I/O) and "disk nearly full".
+
 The interval is one setting for every stream (0.5-10 s); changing it restarts the streams.
 Hints (one GPU busy while its peers idle, memory held without work, a GPU stuck under 50 %,
 memory nearly full, thermal or power throttling) are worked out after every tick.

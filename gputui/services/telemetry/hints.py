@@ -15,6 +15,7 @@ from gputui.i18n import Deferred as D
 from gputui.models import (
     GpuSample,
     Hint,
+    HostSample,
     ProcessSample,
 )
 
@@ -46,6 +47,13 @@ class HintRules:
     power_s: float = 10.0
     bucket_s: float = 5.0  # resolution of the history kept for these rules
     keep_s: float = 600.0
+    # host vitals: GPUs under `input_gpu_pct` while the CPUs the instance may use are over
+    # `input_cpu_pct` busy (or `input_iowait_pct` of the time waits on I/O) for `input_s`
+    input_s: float = 30.0
+    input_gpu_pct: float = 30.0
+    input_cpu_pct: float = 90.0
+    input_iowait_pct: float = 20.0
+    disk_full_pct: float = 90.0
 
 
 class _Trend:
@@ -259,3 +267,74 @@ def evaluate_hints(
     return hints
 
 
+
+
+# --------------------------------------------------------------------------------------------
+# Host vitals
+# --------------------------------------------------------------------------------------------
+
+
+def _fmt_kib(kib: float) -> str:
+    gib = kib / 1048576
+    if gib >= 1024:
+        return f"{gib / 1024:.1f} TiB"
+    return f"{gib:.1f} GiB" if gib >= 1 else f"{kib / 1024:.0f} MiB"
+
+
+def evaluate_host_hints(
+    host: HostSample | None,
+    recent: Sequence[tuple[float, float | None, float | None]],
+    latest: Sequence[GpuSample],
+    trends: dict[int, _Trend],
+    now: float,
+    rules: HintRules,
+) -> list[Hint]:
+    """What the host's vitals say beside the GPUs: a data-loading bottleneck (GPUs idle while
+    the CPUs are saturated or wait on I/O) and a disk nearly full. `recent` is the host's
+    (time, CPU %, iowait %) readings, oldest first."""
+    hints: list[Hint] = []
+    if host is None:
+        return hints
+    # GPUs waiting while the CPUs work or wait on the disk, for the whole window
+    window = [(c, w) for t, c, w in recent if now - t <= rules.input_s]
+    spans_window = bool(recent) and now - recent[0][0] + 1e-9 >= rules.input_s
+    gpu_means = [m for s in latest if (s.mig_mode or "").lower() != "enabled"
+                 and s.index in trends
+                 and (m := trends[s.index].holds(now, rules.input_s)) is not None]
+    if spans_window and window and gpu_means and len(gpu_means) == len(latest):
+        cpus = [c for c, _w in window if c is not None]
+        waits = [w for _c, w in window if w is not None]
+        cpu = sum(cpus) / len(cpus) if cpus else None
+        wait = sum(waits) / len(waits) if waits else None
+        gpu = sum(gpu_means) / len(gpu_means)
+        saturated = cpu is not None and len(cpus) == len(window) and cpu >= rules.input_cpu_pct
+        waiting = wait is not None and len(waits) == len(window) \
+            and wait >= rules.input_iowait_pct
+        if gpu < rules.input_gpu_pct and (saturated or waiting):
+            cores = f"{host.cpu_cores:g}" if host.cpu_cores else "?"
+            if saturated:
+                text = D(N_("The CPUs are saturated ({cpu} of {cores} cores) while the GPUs "
+                            "idle ({gpu}): if a training job runs, data loading is the "
+                            "bottleneck — more DataLoader workers (num_workers), faster disk, "
+                            "or preprocess ahead; a bigger CPU share if the machine has one."),
+                         cpu=f"{cpu:.0f} %", cores=cores, gpu=f"{gpu:.0f} %")
+            else:
+                text = D(N_("The CPUs wait on I/O ({wait} of their time) while the GPUs idle "
+                            "({gpu}): data loading is the bottleneck — a faster disk (copy "
+                            "the data set to local NVMe), fewer, larger files, more "
+                            "DataLoader workers."),
+                         wait=f"{wait:.0f} %", gpu=f"{gpu:.0f} %")
+            hints.append(Hint("input-bound", text))
+    # A disk nearly full: runs die writing checkpoints and logs
+    for d in host.disks:
+        pct = d.used_pct
+        if pct is not None and pct >= rules.disk_full_pct:
+            hints.append(Hint(
+                "disk-full",
+                D(N_("Disk {mount} is {pct} full ({free} free): a run dies when it cannot "
+                     "write its checkpoint or log — delete old checkpoints and caches, or "
+                     "move data to a bigger disk."),
+                  mount=d.mount, pct=f"{pct:.0f} %", free=_fmt_kib(d.avail_kib)),
+                severity="error" if pct >= 98 else "warning",
+            ))
+    return hints

@@ -21,6 +21,7 @@ from gputui.models import (
     GpuSample,
     Hint,
     HostInventory,
+    HostSample,
     Instance,
     InstanceStatus,
     LinkState,
@@ -46,10 +47,12 @@ from gputui.services.telemetry.hints import (
     HintRules,
     _Trend,
     evaluate_hints,
+    evaluate_host_hints,
 )
 from gputui.services.telemetry.processes import (
     read_processes,
 )
+from gputui.services.telemetry.vitals import VitalsParser, vitals_command
 from gputui.store import LinkChanged, SessionStore, TelemetryChanged
 
 if TYPE_CHECKING:
@@ -109,6 +112,12 @@ class _Watch:
     stream_started_at: float | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     local: bool = False
+    # host vitals (CPU, memory, disks, network): their own long-lived reader
+    host_task: asyncio.Task[None] | None = None
+    host_recent: deque[tuple[float, float | None, float | None]] = field(
+        default_factory=lambda: deque(maxlen=720))
+    gpu_hints: list[Hint] = field(default_factory=list)
+    host_hints: list[Hint] = field(default_factory=list)
 
 
 class _Backoff:
@@ -279,6 +288,7 @@ class TelemetryService:
         self._watches[inst.id] = w
         w.stream_task = self._spawn(self._stream_loop(w), f"telemetry stream {inst.id}")
         w.slow_task = self._spawn(self._slow_loop(w), f"telemetry processes {inst.id}")
+        w.host_task = self._spawn(self._host_loop(w), f"telemetry host {inst.id}")
 
     def start_local(self) -> None:
         """Watch this machine's GPUs through NVML, as instance `LOCAL_ID`."""
@@ -301,6 +311,7 @@ class TelemetryService:
         *,
         processes: Sequence[ProcessSample] | None = None,
         inventory: HostInventory | None = None,
+        host: HostSample | None = None,
     ) -> None:
         """Record readings from another source (a replayed capture, a test) as if streamed:
         history, hints and inventory, without starting anything remote."""
@@ -316,6 +327,8 @@ class TelemetryService:
             self.store.set_inventory(instance_id, inventory)
         if processes is not None:
             self.store.set_processes(instance_id, list(processes))
+        if host is not None:
+            self._on_host(w, host)
         self._record(w, list(samples))
 
     def stop(self, instance_id: str) -> None:
@@ -356,7 +369,7 @@ class TelemetryService:
         if w.flush_handle is not None:
             w.flush_handle.cancel()
             w.flush_handle = None
-        tasks = [t for t in (w.stream_task, w.slow_task) if t is not None]
+        tasks = [t for t in (w.stream_task, w.slow_task, w.host_task) if t is not None]
         for t in tasks:
             t.cancel()
         return tasks
@@ -370,6 +383,9 @@ class TelemetryService:
         self._flush(w)
         w.expected = set()
         w.stream_task = self._spawn(self._stream_loop(w), f"telemetry stream {w.inst.id}")
+        if w.host_task is not None:
+            w.host_task.cancel()
+            w.host_task = self._spawn(self._host_loop(w), f"telemetry host {w.inst.id}")
 
     def refresh_processes(self, instance_id: str) -> None:
         """Read the process list now rather than at the next slow tick."""
@@ -482,8 +498,8 @@ class TelemetryService:
         w.note = None
         w.diagnosis = None
         tel = self.store.telemetry(w.inst.id)
-        self.store.set_hints(w.inst.id, evaluate_hints(samples, tel.processes, w.trends, now,
-                                                       self.rules))
+        w.gpu_hints = evaluate_hints(samples, tel.processes, w.trends, now, self.rules)
+        self.store.set_hints(w.inst.id, w.gpu_hints + w.host_hints)
         self.store.add_samples(w.inst.id, samples)  # clears the store's diagnosis, emits
 
     # -- the stream -----------------------------------------------------------------------------
@@ -539,6 +555,53 @@ class TelemetryService:
             except Exception as exc:  # never let the loop die: say what happened, retry
                 log.exception("telemetry stream for %s failed", w.inst.id)
                 self._set_diagnosis(w, _internal_diagnosis(exc))
+            if not self._still_live(w):
+                return
+            await asyncio.sleep(backoff.next())
+
+    # -- host vitals ------------------------------------------------------------------------------
+
+    def _on_host(self, w: _Watch, sample: HostSample) -> None:
+        now = self._clock()
+        w.host_recent.append((now, sample.cpu_pct, sample.iowait_pct))
+        tel = self.store.telemetry(w.inst.id)
+        w.host_hints = evaluate_host_hints(sample, w.host_recent, tel.latest(), w.trends, now,
+                                           self.rules)
+        self.store.set_hints(w.inst.id, w.gpu_hints + w.host_hints)
+        # While the GPUs stream, their next tick tells the screens (one event a tick); when
+        # they do not (nvidia-smi broken, no GPUs yet), this reading does.
+        gpus_fresh = tel.updated is not None \
+            and time.monotonic() - tel.updated < 2 * self.stream_interval
+        self.store.set_host(w.inst.id, sample, quiet=gpus_fresh)
+
+    async def _host_loop(self, w: _Watch) -> None:
+        """The host's vitals from one long-lived `sh`/`awk` reader (see `vitals`), restarted
+        with backoff. Its failures are logged, not diagnosed: the GPU stream owns the link's
+        story, and a host without /proc still shows its GPUs."""
+        from gputui.remote.ssh import CommandFailed, SSHLayerError
+        from gputui.services.hub import ServiceError
+
+        backoff = _Backoff(max(2.0, self._retry[0]), max(60.0, self._retry[1]))
+        while True:
+            try:
+                link = await self._link(w)
+                parser = VitalsParser()
+                command = vitals_command(int(round(self.stream_interval * 1000)))
+                async with link.stream_lines(command) as lines:
+                    async for line in lines:
+                        sample = parser.feed(line)
+                        if sample is None:
+                            continue
+                        if self._watches.get(w.inst.id) is not w:
+                            return
+                        self._on_host(w, sample)
+                        backoff.reset()
+            except asyncio.CancelledError:
+                raise
+            except (CommandFailed, ServiceError, SSHLayerError) as exc:
+                log.info("host vitals for %s: %s", w.inst.id, sanitize(str(exc), 200))
+            except Exception:  # never let the loop die
+                log.exception("host vitals for %s failed", w.inst.id)
             if not self._still_live(w):
                 return
             await asyncio.sleep(backoff.next())

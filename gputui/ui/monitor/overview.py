@@ -19,6 +19,8 @@ from gputui.models import Instance
 from gputui.services.telemetry import LOCAL_ID
 from gputui.ui.livetable import LiveColumn, LiveTable
 from gputui.ui.monitor.render import (
+    HISTORY_AT,
+    HOST_HINTS,
     Column,
     SortText,
     _recent,
@@ -26,6 +28,7 @@ from gputui.ui.monitor.render import (
     fmt_mem,
     fmt_power,
     hint_short,
+    host_cells,
     mem_pct,
     overview_columns,
     problem_line,
@@ -47,7 +50,7 @@ class Overview(Vertical):
     DEFAULT_CSS = """
     Overview { height: 1fr; }
     Overview #gpus { height: 1fr; }
-    Overview #notes { height: auto; max-height: 6; padding: 0 1; }
+    Overview #notes { height: auto; max-height: 8; padding: 0 1; }
     """
 
     def __init__(self, monitor: MonitorScreen, **kw) -> None:
@@ -107,6 +110,15 @@ class Overview(Vertical):
         }
         rows = [(iid, header)]
         hints = m.hints_of(iid)
+        tel = m.gapp.store.telemetry(iid)
+        hist_w = next((c.width for c in self.cols if c.key == "hist"), 0) or 0
+        if tel.host is not None and (st is None or st.watching):
+            cells = host_cells(tel.host, hints)
+            cells["gpu"] = SortText(cells["gpu"], (pos, -1, 0))
+            cells["hist"] = sparkline(list(tel.host_cpu)[-hist_w:], hist_w) if hist_w \
+                else Text("")
+            rows.append((f"{iid}/host", cells))
+        hints = [h for h in hints if h.code not in HOST_HINTS]  # on the host row
         if not latest:
             if st is not None and st.watching:
                 why = (problem_line(st.diagnosis) if st.diagnosis
@@ -119,8 +131,6 @@ class Overview(Vertical):
                     "note": Text(""),
                 }))
             return rows
-        hist_w = next((c.width for c in self.cols if c.key == "hist"), 0) or 0
-        tel = m.gapp.store.telemetry(iid)
         for s in latest:
             marks = " ".join(hint_short(h) for h in hints if h.gpu_index == s.index)
             if not marks and any(h.gpu_index is None for h in hints):
@@ -204,8 +214,10 @@ class Overview(Vertical):
         iid = inst.id
         st = m.status_of(iid)
         keys = [iid]
-        indices = sorted(m.gapp.store.telemetry(iid).gpus) \
-            if (st is None or st.watching) else []
+        tel = m.gapp.store.telemetry(iid)
+        if tel.host is not None and (st is None or st.watching):
+            keys += [f"{iid}/host"]  # a row key, not text
+        indices = sorted(tel.gpus) if (st is None or st.watching) else []
         if not indices:
             return keys + [f"{iid}/msg"] if st is not None and st.watching else keys
         for index in indices:
@@ -244,7 +256,10 @@ class Overview(Vertical):
         if inst is None:
             show(notes, "")
             return
-        show(notes, status_text(inst, m.status_of(inst.id), m.hints_of(inst.id), limit=5))
+        wide = self.size.width >= HISTORY_AT
+        host = m.gapp.store.telemetry(inst.id).host if wide else None
+        show(notes, status_text(inst, m.status_of(inst.id), m.hints_of(inst.id),
+                                limit=7 if host is not None else 5, host=host))
 
     @on(LiveTable.RowHighlighted, "#gpus")
     def _highlighted(self, _event: LiveTable.RowHighlighted) -> None:

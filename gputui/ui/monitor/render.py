@@ -11,7 +11,14 @@ from rich.text import Text
 
 from gputui.format import short_gpu
 from gputui.i18n import N_, _, cell_len, pad_cells, shown
-from gputui.models import GpuInventory, GpuSample, Instance, InstanceStatus, LinkState
+from gputui.models import (
+    GpuInventory,
+    GpuSample,
+    HostSample,
+    Instance,
+    InstanceStatus,
+    LinkState,
+)
 from gputui.services.telemetry import LOCAL_ID, Hint, WatchStatus
 from gputui.store import GpuHistory
 
@@ -47,7 +54,11 @@ HINT_SHORT = {
     "memory-full": N_("mem full"),
     "thermal": N_("hot"),
     "power-cap": N_("power cap"),
+    "input-bound": N_("CPU/IO bound"),
+    "disk-full": N_("disk full"),
 }
+# Hints about the host (CPU, disks), shown on the instance's host row, not on each GPU's
+HOST_HINTS = frozenset({"input-bound", "disk-full"})
 
 # An instance's status and a link's state, for people (the store keeps the English value).
 STATUS_WORDS = {
@@ -268,15 +279,95 @@ def overview_columns(width: int) -> list[Column]:
             for c in cols]
 
 
+def fmt_rate(bps: float | None) -> str:
+    """Bytes a second as people read them: `0 B/s`, `512 kB/s`, `12 MB/s`, `1.1 GB/s`."""
+    if bps is None:
+        return "?"
+    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bps >= size:
+            value = bps / size
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{bps:.0f} B/s"
+
+
+def host_cells(host: HostSample, hints: Sequence[Hint]) -> dict[str, Text]:
+    """An instance's host vitals as one compact overview row: CPU bar (and cores), RAM bar,
+    the fullest disk, and the host hints (else network and disk read rates)."""
+    cores = f"{host.cpu_cores:g}" if host.cpu_cores else "?"
+    disk = host.fullest_disk()
+    disk_pct = disk.used_pct if disk is not None else None
+    marks = " ".join(hint_short(h) for h in hints if h.code in HOST_HINTS)
+    if marks:
+        note = Text("⚑ " + marks, style="bold yellow")
+    else:
+        note = Text(f"↓{fmt_rate(host.net_rx_bps)} ▤{fmt_rate(host.disk_read_bps)}",
+                    style="dim")
+    return {
+        "gpu": Text(" " + _("CPU ×{cores}").format(cores=cores), style="cyan"),
+        "util": bar(host.cpu_pct, 5) + Text(f"{host.cpu_pct:>4.0f}%"
+                                           if host.cpu_pct is not None else "  ..."),
+        "mem": bar(host.mem_pct, 5) + Text(" " + fmt_mem(host.mem_used_mib,
+                                                         host.mem_total_mib)),
+        "temp": Text(""),  # the load average is in the full vitals: here it reads as °C
+        "power": Text(_("disk {pct}").format(pct=f"{disk_pct:.0f}%")
+                      if disk_pct is not None else "",
+                      style="bold red" if disk_pct is not None and disk_pct >= 90 else ""),
+        "fan": Text(""),
+        "sm": Text(""),
+        "note": note,
+    }
+
+
+def host_lines(host: HostSample) -> list[Text]:
+    """The host's vitals in full, for the lines under the overview (a wide terminal)."""
+    cpu = _("CPU {pct} of {cores} cores").format(
+        pct=f"{host.cpu_pct:.0f}%" if host.cpu_pct is not None else "?",
+        cores=f"{host.cpu_cores:g}" if host.cpu_cores else "?")
+    if host.cpu_limited:
+        cpu += " " + _("(container limit)")
+    parts = [cpu]
+    if host.iowait_pct is not None:
+        parts.append(_("I/O wait {pct}").format(pct=f"{host.iowait_pct:.0f}%"))
+    if host.load1 is not None:
+        parts.append(_("load {values}").format(values=" ".join(
+            f"{v:.2f}" for v in (host.load1, host.load5, host.load15) if v is not None)))
+    ram = _("RAM {used} GiB").format(used=fmt_mem(host.mem_used_mib, host.mem_total_mib))
+    if host.mem_limited:
+        ram += " " + _("(container limit)")
+    parts.append(ram)
+    first = Text("▣ " + " · ".join(parts))
+    io = " · ".join([
+        _("disk read {read} write {write}").format(read=fmt_rate(host.disk_read_bps),
+                                                   write=fmt_rate(host.disk_write_bps)),
+        _("network in {rx} out {tx}").format(rx=fmt_rate(host.net_rx_bps),
+                                             tx=fmt_rate(host.net_tx_bps)),
+    ])
+    disks = []
+    for d in host.disks:
+        pct = d.used_pct
+        free = d.avail_kib / 1048576
+        disks.append(Text(_("{mount} {pct} ({free} GiB free)").format(
+            mount=d.mount, pct=f"{pct:.0f}%" if pct is not None else "?", free=f"{free:.1f}"),
+            style="bold red" if pct is not None and pct >= 90 else ""))
+    second = Text("  " + io)
+    if disks:
+        second.append(" · " + _("disks") + " ")
+        second.append_text(Text(", ").join(disks))
+    return [first, second]
+
+
 def status_text(inst: Instance, st: WatchStatus | None, hints: Sequence[Hint],
-                limit: int = 5) -> Text:
-    """The lines under the overview table for the instance under the cursor."""
+                limit: int = 5, host: HostSample | None = None) -> Text:
+    """The lines under the overview table for the instance under the cursor (with `host`:
+    its host vitals in full after the first line)."""
     lines: list[Text] = []
     state, style = state_label(st, inst)
     head = Text.assemble((inst.name, "bold"), ": ", (state, style))
     if st is not None and st.age_s is not None:
         head.append(_(" · last data {age} ago").format(age=fmt_age(st.age_s)), style="dim")
     lines.append(head)
+    if host is not None:
+        lines.extend(host_lines(host))
     if st is not None and st.link not in (LinkState.CONNECTED, LinkState.UNKNOWN) \
             and st.link_detail and (inst.id != LOCAL_ID):
         lines.append(Text(f"{status_word(st.link.value)}: {shown(st.link_detail)}",

@@ -8,9 +8,10 @@ Layout of an instance folder ``root`` (it is also the instance's cwd and HOME)::
 
     root/
       bin/                      shims, first on PATH (see SHIMS / install_shims)
-        nvidia-smi gpu-load shutdown poweroff
+        nvidia-smi gpu-load shutdown poweroff df
       .sandbox/
         instance.json           the hardware: GPUs, driver, CUDA (written once)
+        disk.json               the rented disk size {"disk_gb": 50.0} (`df` reports it)
         power.json              a scheduled or past power-off (absent: running)
         procs/<pid>.json        one file per live GPU process (gpu-load, later ollama)
         lock                    flock'd while checking free memory + registering

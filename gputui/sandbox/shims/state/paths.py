@@ -23,11 +23,12 @@ SHIMS: dict[str, str] = {
     "shutdown": "shutdown",
     "poweroff": "poweroff",
     "ollama": "ollama_shim",  # `ollama serve` runs ollama_server (the simulated Ollama API)
+    "df": "df",  # the rented disk's size, not the host's
 }
 # Modules known to import nothing outside the stdlib: their wrappers run `python -S` (no
 # site-packages, no .pth files), which starts noticeably faster. A shim that needs
 # third-party packages simply stays out of this set.
-SITE_FREE: set[str] = {"nvidia_smi", "gpu_load", "shutdown", "poweroff", "ollama_shim"}
+SITE_FREE: set[str] = {"nvidia_smi", "gpu_load", "shutdown", "poweroff", "ollama_shim", "df"}
 
 
 class SandboxStateError(Exception):

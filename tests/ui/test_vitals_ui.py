@@ -1,0 +1,90 @@
+"""Host vitals on the Monitor: a compact host row per instance at 80×24, and the full vitals
+under the table at 120×40; SVG snapshots in English and Chinese with the fixed data of
+test_screen_snapshots.py plus a fixed host reading, and what a user reads there checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gputui.models import DiskUse, HostSample, ProcessSample
+from tests.ui.test_screen_snapshots import _fixed_xml, _monitor_app
+from tests.ui.waits import until
+
+WIDE = (120, 40)
+NARROW = (80, 24)
+
+HOST = HostSample(
+    cpu_pct=97.0, cpu_cores=8, cpu_limited=True, iowait_pct=3.0, load1=7.91, load5=6.02,
+    load15=4.1, mem_used_mib=12.5 * 1024, mem_total_mib=32 * 1024, mem_limited=True,
+    disk_read_bps=182e6, disk_write_bps=1.2e6, net_rx_bps=5.5e6, net_tx_bps=120e3,
+    disks=[DiskUse(mount="/", filesystem="overlay", size_kib=30 * 1048576,
+                   used_kib=8 * 1048576, avail_kib=22 * 1048576),
+           DiskUse(mount="/root/autodl-tmp", filesystem="/dev/nvme1n1",
+                   size_kib=50 * 1048576, used_kib=46 * 1048576, avail_kib=4 * 1048576)],
+)
+
+
+async def _vitals(pilot) -> None:
+    from gputui.nvidia.nvsmi import parse_xml, xml_samples
+
+    app = pilot.app
+    xml = _fixed_xml()
+    procs = [ProcessSample(pid=4242, gpu_index=0, used_memory_mib=10240, name="python train.py",
+                           user="root")]
+    app.telemetry.ingest("fixed", xml_samples(xml), processes=procs, inventory=parse_xml(xml),
+                         host=HOST)
+    await pilot.press("m")
+    await until(pilot, lambda: app.screen.TITLE == "Monitor"
+                and "fixed/host" in app.screen.query_one("#gpus").rows, "the host row")
+    await pilot.pause(0.3)
+
+
+def screen_text(app) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+@pytest.mark.usefixtures("utc_clock")
+def test_vitals_narrow_snapshot(snap_compare, gputui_home: Path):
+    assert snap_compare(_monitor_app(gputui_home), terminal_size=NARROW, run_before=_vitals)
+
+
+@pytest.mark.usefixtures("utc_clock")
+def test_vitals_wide_snapshot(snap_compare, gputui_home: Path):
+    assert snap_compare(_monitor_app(gputui_home), terminal_size=WIDE, run_before=_vitals)
+
+
+@pytest.mark.usefixtures("utc_clock", "zh")
+def test_zh_vitals_narrow_snapshot(snap_compare, gputui_home: Path):
+    assert snap_compare(_monitor_app(gputui_home), terminal_size=NARROW, run_before=_vitals)
+
+
+@pytest.mark.usefixtures("utc_clock", "zh")
+def test_zh_vitals_wide_snapshot(snap_compare, gputui_home: Path):
+    assert snap_compare(_monitor_app(gputui_home), terminal_size=WIDE, run_before=_vitals)
+
+
+@pytest.mark.usefixtures("utc_clock")
+async def test_the_host_row_and_the_full_vitals_read_right(gputui_home: Path):
+    app = _monitor_app(gputui_home)
+    async with app.run_test(size=NARROW) as pilot:
+        await _vitals(pilot)
+        text = screen_text(app)
+        row = next(line for line in text.splitlines() if "CPU ×8" in line)
+        # CPU of the 8 cores the container may use, RAM of its limit, the fullest disk
+        assert "97%" in row and "12.5/32.0" in row and "disk 92%" in row
+        assert "disk full" in row  # the hint on the host row, not on each GPU
+        gpu_row = next(line for line in text.splitlines() if "4090" in line)
+        assert "disk full" not in gpu_row
+        # the warning in full under the table
+        assert "/root/autodl-tmp is 92 % full (4.0 GiB free)" in " ".join(text.split())
+        await pilot.resize_terminal(*WIDE)
+        await until(pilot, lambda: "container limit" in screen_text(app), "the full vitals")
+        wide = " ".join(screen_text(app).split())
+        assert "CPU 97% of 8 cores (container limit)" in wide
+        assert "I/O wait 3%" in wide and "load 7.91 6.02 4.10" in wide
+        assert "RAM 12.5/32.0 GiB (container limit)" in wide
+        assert "disk read 182 MB/s write 1.2 MB/s" in wide
+        assert "network in 5.5 MB/s out 120 kB/s" in wide
+        assert "/root/autodl-tmp 92% (4.0 GiB free)" in wide
