@@ -350,7 +350,7 @@ class HomeScreen(BaseScreen):
 
         # the wipe date (AutoDL: 15 days shut down) and the release timer that keeps running
         notes = "".join("\n• " + escape(str(shown(n))) for n in stop_preview(
-            self.gapp.services, inst, self.gapp.store.get_lease_sync(inst.id)))
+            self.gapp.services, inst, self.gapp.store.get_lease_sync(inst.id), self.gapp.now()))
         self.app.push_screen(
             ConfirmScreen(_("Power off [b]{name}[/b]?\n\nThe GPU charge stops; the disk stays (and "
                             "may still cost). Shift+S (S) starts it again.").format(

@@ -208,3 +208,59 @@ def test_textual_keys_and_card_names_in_chinese(zh):
     assert _("Dismiss menu") == "关闭菜单"
     assert gpu_name("GeForce RTX 4090 D (China SKU)") == "GeForce RTX 4090 D（国内特供版）"
     assert gpu_name("RTX 4090 48GB (modified)") == "RTX 4090 48GB（魔改）"
+
+
+# -- snapshots: fixed data, frozen clock ----------------------------------------------------
+
+
+def _autodl_home(home: Path) -> GpuTuiApp:
+    """Home with a running sandbox instance ($), a running AutoDL one and a stopped one (¥)."""
+    from datetime import UTC, datetime, timedelta
+
+    from gputui.models import BillingRule, Granularity, Instance, Lease
+
+    frozen = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    t0 = frozen - timedelta(hours=1)
+    store = SessionStore(home / "state.db")
+    rows = [("s1", "qwen-lora", "sandbox", "GeForce RTX 4090", "0.34", "USD",
+             InstanceStatus.RUNNING),
+            ("d1", "train", "autodl", "GeForce RTX 4090 D (China SKU)", "1.88", "CNY",
+             InstanceStatus.RUNNING),
+            ("d2", "eval", "autodl", "GeForce RTX 4090 D (China SKU)", "1.88", "CNY",
+             InstanceStatus.STOPPED)]
+    for iid, name, provider, gpu, price, cur, status in rows:
+        store.put_instance_sync(Instance(
+            id=iid, name=name, provider=provider, gpu=gpu, gpu_count=1,
+            billing=BillingRule(price_per_hour=Decimal(price), currency=cur,
+                                granularity=Granularity.SECOND),
+            status=status, created_at=t0, running_since=t0,
+            stopped_at=frozen - timedelta(days=1) if status == InstanceStatus.STOPPED else None))
+        store.put_lease_sync(Lease(instance_id=iid, release_at=frozen + timedelta(hours=2)))
+    app = GpuTuiApp(config=Config(), store=store, remember_theme=False, background=False)
+    app.now = lambda: frozen
+    return app
+
+
+async def _home(pilot) -> None:
+    from gputui.ui.home import HomeScreen
+
+    await shown(pilot, HomeScreen)
+    table = pilot.app.screen.query_one("#instances", DataTable)
+    await until(pilot, lambda: table.row_count == 3, "the three rows")
+    await pilot.pause()
+
+
+def test_zh_home_with_a_stopped_autodl_instance_snapshot(snap_compare, gputui_home: Path,
+                                                         utc_clock, zh):
+    assert snap_compare(_autodl_home(gputui_home), terminal_size=SIZE, run_before=_home)
+
+
+def test_zh_stop_dialog_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):
+    async def stop(pilot) -> None:
+        await _home(pilot)
+        await pilot.press("down")  # the running AutoDL one: its wipe date and the timer
+        await pilot.press("s")
+        await question(pilot)
+        await pilot.pause()
+
+    assert snap_compare(_autodl_home(gputui_home), terminal_size=SIZE, run_before=stop)
