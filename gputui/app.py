@@ -371,12 +371,16 @@ class GpuTuiApp(App[int]):
         """Rate and accrued in the first currency in use (USD first), and the live count."""
         by = self.meter_by_currency()
         _cur, rate, accrued = by[0] if by else ("USD", Decimal(0), Decimal(0))
-        return rate, accrued, len([i for i in self._live if i.status.live])
+        return rate, accrued, len([i for i in self._live if i.status.billing_compute])
 
     def meter_by_currency(self) -> tuple[tuple[str, Decimal, Decimal], ...]:
         """(currency, rate per hour, accrued) for each currency in use, USD first."""
         now = self.now()
         billing = [i for i in self._live if i.status.live]
+        # a currency shows while one of its instances bills compute: a stopped one alone is
+        # "nothing billing", never "1 live ¥0.00/h"
+        computing = {i.billing.currency for i in billing if i.status.billing_compute}
+        billing = [i for i in billing if i.billing.currency in computing]
         out = []
         for cur in sorted({i.billing.currency for i in billing}, key=lambda c: (c != "USD", c)):
             mine = [i for i in billing if i.billing.currency == cur]
@@ -403,9 +407,7 @@ class GpuTuiApp(App[int]):
         bar.tick(rate, accrued, count, self.now(), self.meter_by_currency())
         bar.keeper = self.keeper_note()
         if self._wallet is not None:
-            from gputui.services.views import runway_line
-
-            bar.account = str(shown(runway_line(self._wallet[0], self._wallet[1], self._live)))
+            bar.wallet = (Decimal(str(self._wallet[0])), self._wallet[1])
         bar.size_note = size_note(self.size.width, self.size.height)
 
     def keeper_note(self) -> str:

@@ -35,11 +35,14 @@ class ConfigError(BadInput):
     """A problem with a settings file, said in one line."""
 
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.I)
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*(?:d|天))?\s*(?:(\d+(?:\.\d+)?)\s*(?:h|小时|时))?\s*"
+                       r"(?:(\d+(?:\.\d+)?)\s*(?:m(?:in)?|分钟|分))?\s*"
+                       r"(?:(\d+(?:\.\d+)?)\s*(?:s|秒钟|秒))?\s*$", re.I)
 
 
 def parse_duration(text: str) -> timedelta:
-    """`2h`, `90m`, `1h30m`, `1d`, `45s`; a bare number is minutes. ValueError if it is not a
+    """`2h`, `90m`, `1h30m`, `1d`, `45s` — or as the console writes them in Chinese, `1小时`,
+    `1小时30分`, `90分钟`, `2天`, `45秒`; a bare number is minutes. ValueError if it is not a
     duration or is too long to be one (it never overflows)."""
     raw = text.strip()
     if not raw:

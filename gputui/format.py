@@ -110,6 +110,29 @@ def short_gpu(name: str | None) -> str:
     return re.sub(r"\s*\(HGX [^)]*\)", "", name).strip()
 
 
+#: the qualifiers in card names, as a Chinese renter reads them (国内特供版, 魔改)
+_GPU_QUALIFIERS = (N_("China SKU"), N_("modified"))
+
+
+def gpu_name(name: str) -> str:
+    """A card's name in the reader's language: 'RTX 4090 D (China SKU)' -> 'RTX 4090 D
+    （国内特供版）' in Chinese; the model words stay as the vendor writes them."""
+    for word in _GPU_QUALIFIERS:
+        if f" ({word})" in name:
+            name = name.replace(f" ({word})", _(" ({qualifier})").format(qualifier=_(word)))
+    return name
+
+
+class GpuName(Deferred):
+    """A card's name inside a `Deferred` message: English as a string, `gpu_name` when shown."""
+
+    def __new__(cls, name: str, /, **_params: object) -> GpuName:
+        return super().__new__(cls, name)  # type: ignore[return-value]
+
+    def translated(self) -> str:
+        return gpu_name(str(self))
+
+
 def default_label(gpu: str) -> str:
     """A task label made from a card's name: its model number and the letter after it, lower
     case ('GeForce RTX 4090' -> '4090', 'RTX 4090 D (China SKU)' -> '4090d', 'H20 96GB (China

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from gputui.cli.output import EXIT_BAD_INPUT, EXIT_ERROR, CommandError, print_json, run_async
 from gputui.errors import BadInput, one_line
 from gputui.format import status_text
-from gputui.i18n import _, cell_len, ngettext, pad_cells, shown, truncate_cells
+from gputui.i18n import N_, _, cell_len, ngettext, pad_cells, shown, truncate_cells
 
 POLICIES = ("release", "stop", "keep")
 
@@ -53,7 +53,8 @@ class _Bar:
         rate = p.bytes_done / max(1e-6, time.monotonic() - self.started)
         line = (f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {frac * 100:3.0f}% "
                 f"{_human_bytes(p.bytes_done)}/{_human_bytes(p.bytes_total)} "
-                f"{p.files_done}/{p.files_total} files {_human_bytes(rate)}/s")
+                + _("{done}/{total} files {rate}/s").format(
+                    done=p.files_done, total=p.files_total, rate=_human_bytes(rate)))
         sys.stderr.write(line[:200].ljust(80))
         sys.stderr.flush()
         self.drawn = True
@@ -62,6 +63,10 @@ class _Bar:
         if self.drawn:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+
+#: the transfer's direction as the platform says it (AutoDL's guides: 上传, 取回)
+DIRECTIONS = {"push": N_("push"), "pull": N_("pull")}
 
 
 def _summary_line(s: Any) -> str:
@@ -74,7 +79,7 @@ def _summary_line(s: Any) -> str:
         extra += _(", {count} did not come").format(count=len(s.not_copied))
     return _("{direction} {source} -> {target}: {files} files{files_via}, {size}, {skipped} "
              "unchanged{skipped_via}, {ignored} ignored{extra} in {seconds} s").format(
-        direction=s.direction, source=s.source, target=s.target, files=s.files,
+        direction=_(DIRECTIONS.get(s.direction, s.direction)), source=s.source, target=s.target, files=s.files,
         files_via=via(getattr(s, "links", 0)), size=_human_bytes(s.bytes), skipped=s.skipped,
         skipped_via=via(getattr(s, "skipped_links", 0)), ignored=s.ignored, extra=extra,
         seconds=f"{s.seconds:.1f}")
@@ -88,7 +93,7 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
     inst = _live(services, args.name)
     local: Path | None = args.local_path
     link = await services.link(inst)
-    bar = _Bar(f"{direction} {inst.name}", not args.json)
+    bar = _Bar(f"{_(DIRECTIONS[direction])} {inst.name}", not args.json)
     try:
         if direction == "push":
             assert local is not None

@@ -149,7 +149,10 @@ def cmd_account(args: argparse.Namespace) -> int:
             return 1 if failed else 0
         for row in out:
             if "error" in row:
-                print(f"{row['provider']}: {shown(row['error'])}", file=sys.stderr)
+                said = str(shown(row["error"]))
+                # the provider's errors name it already ("autodl: reading the wallet: …")
+                named = said.startswith((f"{row['provider']}:", f"{row['provider']}："))
+                print(said if named else f"{row['provider']}: {said}", file=sys.stderr)
                 continue
             cur = row["currency"]
 

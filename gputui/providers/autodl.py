@@ -302,6 +302,7 @@ class AutoDLProvider(KeyedHttpClient, Provider):
         tags=True,  # instances carry our id: `find_tagged` finds a lost launch
         spot=False,
         simulated=False,
+        max_gpus=MAX_GPUS,  # check_request refuses more
     )
 
     def __init__(

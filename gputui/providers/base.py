@@ -62,6 +62,7 @@ class Capabilities:
     tags: bool = False  # instances carry our id: `find_tagged` finds a lost launch
     account: bool = False  # `account()` reads a wallet (balance, vouchers)
     rentable: bool = True  # `create` rents from its offers (False: hosts are added, not rented)
+    max_gpus: int = 8  # the most GPUs one instance may have (New offers no more)
 
 
 class ProviderServices(Protocol):

@@ -231,11 +231,26 @@ def _as_of(row: CardRow) -> str:
     return row.lowest.as_of if row.lowest else "—"
 
 
+#: the price tiers of the price table and the providers (data, English), as shown
+TIERS = {t: t for t in (N_("on-demand"), N_("pay-as-you-go"), N_("pay-as-you-go (older)"),
+                         N_("pay-as-you-go (last seen)"), N_("marketplace"), N_("community"),
+                         N_("secure"), N_("spot"), N_("serverless-flex"),
+                         N_("capacity-block"))}
+
+
+def tier_text(tier: object) -> object:
+    """A tier for display: a known one a `Deferred` (shown() translates it), any other as is."""
+    if isinstance(tier, str) and not isinstance(tier, Deferred) and tier in TIERS:
+        return Deferred(tier)
+    return tier
+
+
 def _where(row: CardRow) -> str:
     if not row.lowest:
         return "—"
     # a converted row's tier is a Deferred ("on-demand (USD at ¥7.2/$)"): shown() translates it
-    return Deferred("{provider} {tier}", provider=row.lowest.provider, tier=row.lowest.tier)
+    return Deferred("{provider} {tier}", provider=row.lowest.provider,
+                    tier=tier_text(row.lowest.tier))
 
 
 def _price_cell(row: CardRow) -> str:
@@ -462,7 +477,7 @@ def rows_in_currency(rows: Iterable[PriceRow], currency: str,
         conv = {"price_per_gpu_hour": convert(r.price_per_gpu_hour, r.currency, currency,
                                               cny_per_usd),
                 "currency": currency,
-                "tier": Deferred(N_("{tier} ({currency} at ¥{rate}/$)"), tier=r.tier,
+                "tier": Deferred(N_("{tier} ({currency} at ¥{rate}/$)"), tier=tier_text(r.tier),
                                  currency=r.currency, rate=cny_per_usd),
                 "note": Deferred("{note}; {more}", note=note, more=r.note) if r.note else note}
         if r.price_max_per_gpu_hour is not None:
@@ -767,7 +782,7 @@ def cost_cells(c: JobCost) -> list[str]:
     cur = c.row.currency
     return [
         c.row.provider,
-        c.row.tier,
+        tier_text(c.row.tier),  # type: ignore[list-item]  # shown() by the screen
         sold_as(c.row),
         c.row.package,
         billing_label(c.row.granularity.value, c.row.minimum_seconds),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gputui.config import Config, ensure_state_dir
 from gputui.errors import BadInput
-from gputui.format import format_money, status_text, status_word
+from gputui.format import format_money, gpu_name, status_text, status_word
 from gputui.i18n import N_, Deferred, _
 from gputui.models import (
     EndReason,
@@ -279,6 +279,7 @@ class Services:
             name = match_gpu(gpu, names, aliases=catalog_aliases(names))
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None
+        _not_another_card(gpu, name, provider)
         return next(o for o in offers if o.gpu == name)
 
     # -- create -------------------------------------------------------------------------------------
@@ -761,3 +762,21 @@ def _service_error(exc: ProviderError) -> ServiceError:
 def quote_args(args: list[str]) -> str:
     """A command line for the remote shell, every user-supplied value quoted."""
     return " ".join(shlex.quote(a) for a in args)
+
+
+def _not_another_card(query: str, offer_name: str, provider: str) -> None:
+    """Refuse a loose match that rents another card than the one typed: on AutoDL `3090` is
+    the catalog's RTX 3090 (24 GB), which it does not rent; its only 3090 is the modified
+    48 GB board — said, and rented only when its own name is typed."""
+    from gputui.catalog.match import card_for_reported_name, match_card
+
+    try:
+        meant = match_card(query)
+    except ValueError:
+        return  # not a catalog card's name: the offer match stands
+    offered = card_for_reported_name(offer_name)
+    if offered is not None and offered.key == meant.key:
+        return
+    raise InvalidRequest(_("{provider} does not rent the {card}; its nearest is {offer} — "
+                           "give that name to rent it").format(
+                               provider=provider, card=gpu_name(meant.name), offer=gpu_name(offer_name)))

@@ -95,11 +95,13 @@ def stop_notes(services: Services, inst: Instance, lease: Lease | None) -> list[
     return notes
 
 
-def stop_preview(services: Services, inst: Instance, lease: Lease | None) -> list[Deferred]:
-    """`stop_notes` as if it were stopped now: what the stop dialog says before it is."""
+def stop_preview(services: Services, inst: Instance, lease: Lease | None,
+                 now: datetime | None = None) -> list[Deferred]:
+    """`stop_notes` as if it were stopped `now`: what the stop dialog says before it is."""
     if inst.status == InstanceStatus.STOPPED:
         return stop_notes(services, inst, lease)
-    stopped = inst.model_copy(update={"status": InstanceStatus.STOPPED, "stopped_at": utcnow()})
+    stopped = inst.model_copy(update={"status": InstanceStatus.STOPPED,
+                                      "stopped_at": now or utcnow()})
     return stop_notes(services, stopped, lease)
 
 

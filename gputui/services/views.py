@@ -114,6 +114,24 @@ def deletion_clock(stopped_at: datetime | None, days: int, now: datetime | None 
     return note.translated(), warn
 
 
+def wipe_clock(stopped_at: datetime | None, days: int, now: datetime | None = None
+               ) -> tuple[str, bool]:
+    """Home's short status of a stopped instance the provider wipes: ("off · wiped in 14 d",
+    warn) in the interface's language; warn from a day before the wipe."""
+    if stopped_at is None:
+        return Deferred(N_("stopped")).translated(), False
+    left = days * 86400 - max(0.0, ((now or utcnow()) - stopped_at).total_seconds())
+    if left <= 0:
+        return Deferred(N_("off · wiped by now")).translated(), True
+    if left >= 86400:
+        span = Deferred(N_("{n} d"), n=int(left // 86400))
+    elif left >= 3600:
+        span = Deferred(N_("{n} h"), n=int(left // 3600))
+    else:
+        span = Deferred(N_("{n} min"), n=max(0, int(left // 60)))
+    return Deferred(N_("off · wiped in {left}"), left=span).translated(), left <= 86400
+
+
 def state_detail(inst: Instance, now: datetime | None = None) -> str | None:
     """What a user should know beside the status: the deletion clock of a stopped instance, what
     it still costs, or the provider's words. English (JSON prints it); show it with

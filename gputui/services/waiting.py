@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gputui.format import GpuName
 from gputui.i18n import N_, Deferred
 from gputui.models import Instance, InstanceStatus, Lease, utcnow
 from gputui.providers.base import CreateRequest, ProviderError
@@ -176,7 +177,7 @@ async def create_waiting(services: Services, provider_name: str, offer: Offer,
                 await services._fail(inst, str(exc))
                 raise _service_error(exc) from None
             try:
-                again = await plan.pause(say, Deferred(N_("no {gpu} free"), gpu=offer.gpu))
+                again = await plan.pause(say, Deferred(N_("no {gpu} free"), gpu=GpuName(offer.gpu)))
             except asyncio.CancelledError:
                 await asyncio.shield(services._fail(inst, Deferred(
                     N_("stopped waiting for a card after {tries}: nothing was rented"),
@@ -188,7 +189,7 @@ async def create_waiting(services: Services, provider_name: str, offer: Offer,
                     limit=_span(plan.limit.total_seconds()), tries=_count(plan.tries)))
                 raise WaitExpired(Deferred(
                     N_("{name}: no {gpu} was free within {limit} ({tries}); nothing was "
-                       "rented"), name=inst.name, gpu=offer.gpu,
+                       "rented"), name=inst.name, gpu=GpuName(offer.gpu),
                     limit=_span(plan.limit.total_seconds()), tries=_count(plan.tries))) from None
             continue
         break

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from gputui.format import default_label, format_money, format_remaining
+from gputui.format import default_label, format_money, format_remaining, gpu_name
 from gputui.i18n import N_, _, shown, truncate_cells
 from gputui.models import Lease, Offer
 from gputui.ui.base import BaseScreen
@@ -68,7 +68,7 @@ class CreateScreen(BaseScreen):
         with VerticalScroll(id="form"):
             with Horizontal(classes="row"):
                 yield Label(_("Provider"))
-                providers = [(p.label or n, n) for n, p in self.gapp.services.providers.items()
+                providers = [(_(p.label) if p.label else n, n) for n, p in self.gapp.services.providers.items()
                              if p.capabilities.rentable]
                 yield Select(providers, id="provider", compact=True, prompt=_("no provider"),
                              value=providers[0][1] if providers else Select.NULL)
@@ -128,7 +128,7 @@ class CreateScreen(BaseScreen):
             return
         select = self.query_one("#offer", Select)
         select.set_options([
-            (f"{o.gpu} · {o.vram_gb:g} GiB · {offer_price(o)}"
+            (f"{gpu_name(o.gpu)} · {o.vram_gb:g} GiB · {offer_price(o)}"
              + (" · " + _("derived") if (o.source or "").startswith("derived") else "")
              + ("" if o.available else " · " + _("sold out")), o.offer_id)
             for o in self.offers
@@ -167,12 +167,23 @@ class CreateScreen(BaseScreen):
             self.call_after_refresh(self._set_count, self._preselect_count)
             self._preselect_count = None
 
+    def counts(self, *also: int) -> list[int]:
+        """The GPU counts to offer: the usual sizes up to the provider's most (AutoDL: 1–4)
+        and any size its offer or the catalog asked for within that."""
+        most = self.gapp.services.capabilities(self.provider_name()).max_gpus
+        usual = COUNTS if most >= max(COUNTS) else list(range(1, most + 1))
+        return sorted({*usual, *(c for c in also if 1 <= c <= most)})
+
+    def provider_name(self) -> str:
+        value = self.query_one("#provider", Select).value
+        return value if isinstance(value, str) else ""
+
     def _set_count(self, count: int) -> None:
         select = self.query_one("#count", Select)
         offer = self.selected_offer()
-        counts = sorted({*COUNTS, count, *([offer.gpu_count] if offer else [])})
+        counts = self.counts(count, *([offer.gpu_count] if offer else []))
         select.set_options([(str(c), c) for c in counts])
-        select.value = count
+        select.value = count if count in counts else counts[-1]
         self.update_summary()
 
     def reset_form(self) -> None:
@@ -193,7 +204,7 @@ class CreateScreen(BaseScreen):
     def offer_changed(self) -> None:
         offer = self.selected_offer()
         if offer is not None:
-            counts = sorted({*COUNTS, offer.gpu_count})
+            counts = self.counts(offer.gpu_count)
             count = self.query_one("#count", Select)
             count.set_options([(str(c), c) for c in counts])
             count.value = offer.gpu_count  # the offer's own size (Lambda sells fixed sizes)
@@ -258,9 +269,9 @@ class CreateScreen(BaseScreen):
         lines = [
             (_("[b]{price}/h[/b] for {count}× {gpu}").format(
                 price=format_money(rule.price_per_hour, rule.currency), count=count,
-                gpu=escape(offer.gpu)) if known else
+                gpu=escape(gpu_name(offer.gpu))) if known else
              _("[b]price on creation[/b] for {count}× {gpu}").format(count=count,
-                                                                     gpu=escape(offer.gpu)))
+                                                                     gpu=escape(gpu_name(offer.gpu))))
             + " · " + _(BILLED[rule.granularity.value])
             + (_(", {seconds}s minimum").format(seconds=rule.minimum_seconds)
                if rule.minimum_seconds else "")
@@ -420,7 +431,7 @@ class CreateScreen(BaseScreen):
             return
         self.busy = False
         self.notify(_("{name} is running: {count}× {gpu}").format(
-            name=inst.name, count=count, gpu=offer.gpu), title=_("Created"))
+            name=inst.name, count=count, gpu=gpu_name(offer.gpu)), title=_("Created"))
         self.reset_form()
         self.query_one("#progress", Static).update("")
         self.app.call_later(self.gapp.action_goto, "home")

@@ -44,15 +44,30 @@ LINK_MARK = {"connected": N_("ok"), "connecting": "…", "reconnecting": N_("ret
              "failed": N_("FAILED")}
 # The status words as shown (the store and JSON keep the English value).
 def _status_text(inst: Instance, now: datetime) -> str:
-    """The status; a stopped instance says how long, and where the provider wipes it, when."""
+    """The status; a stopped instance says, short enough to keep the columns after it on an
+    80-column screen, when the provider wipes it (the Monitor and `instances` say how long it
+    has been stopped)."""
     from gputui.models import InstanceStatus
-    from gputui.services.views import WIPE_AFTER_STOPPED_DAYS, deletion_clock
+    from gputui.services.views import WIPE_AFTER_STOPPED_DAYS, wipe_clock
 
     days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
     if inst.status != InstanceStatus.STOPPED or days is None:
         return status_text(inst.status)
-    text, warn = deletion_clock(inst.stopped_at, days, now)
-    return ("⚠ " if warn else "") + str(shown(text))
+    text, warn = wipe_clock(inst.stopped_at, days, now)
+    return ("⚠ " if warn else "") + text
+
+
+def _rate_text(inst: Instance) -> str:
+    """What the row bills by the hour: a stopped instance's GPU rate is not billing — only its
+    disk, where the provider charges for it."""
+    from gputui.models import InstanceStatus
+
+    if inst.status != InstanceStatus.STOPPED:
+        return format_money(inst.billing.price_per_hour, inst.billing.currency)
+    disk = inst.billing.storage_cost(inst.disk_gb, 3600)
+    if disk <= 0:
+        return "-"
+    return _("{price} disk").format(price=format_money(disk, inst.billing.currency))
 
 
 def _remeasure(table: DataTable) -> None:
@@ -149,15 +164,16 @@ class HomeScreen(BaseScreen):
         if getattr(self, "_when_done", {}).get(inst.id):
             release = f"{release} · {shown(self._when_done[inst.id])}".removeprefix("- · ")
         link, _detail = self.gapp.store.link(inst.id)
+        link_text = _(LINK_MARK.get(link.value, "-")) if inst.status.billing_compute else "-"
         provider = inst.provider  # "sandbox" says it; "(simulated)" was cut at 80 columns
         return {
             "name": Text(fit_name(inst.name, LABEL_CELLS)),  # a label is the user's text, never markup
             "provider": provider,
             "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
             "status": _status_text(inst, now),
-            "link": _(LINK_MARK.get(link.value, "-")),
+            "link": link_text,  # a stopped box has no SSH to be "ok"
             "release": release,
-            "rate": format_money(inst.billing.price_per_hour, inst.billing.currency),
+            "rate": _rate_text(inst),
             "cost": format_money(inst.accrued(now), inst.billing.currency),
         }
 
@@ -211,7 +227,7 @@ class HomeScreen(BaseScreen):
         for inst in self._instances.values():
             cells = self._cells(inst, now)
             self._update(table, inst.id,
-                         {k: cells[k] for k in ("release", "cost", "link", "status")})
+                         {k: cells[k] for k in ("release", "cost", "link", "status", "rate")})
 
     def on_store_event(self, message: StoreEvent) -> None:
         from gputui.store import InstanceChanged, LeaseChanged, LinkChanged
@@ -334,10 +350,11 @@ class HomeScreen(BaseScreen):
 
         # the wipe date (AutoDL: 15 days shut down) and the release timer that keeps running
         notes = "".join("\n• " + escape(str(shown(n))) for n in stop_preview(
-            self.gapp.services, inst, self.gapp.store.get_lease_sync(inst.id)))
+            self.gapp.services, inst, self.gapp.store.get_lease_sync(inst.id), self.gapp.now()))
         self.app.push_screen(
             ConfirmScreen(_("Power off [b]{name}[/b]?\n\nThe GPU charge stops; the disk stays (and "
-                            "may still cost). s starts it again.").format(name=escape(inst.name))
+                            "may still cost). Shift+S (S) starts it again.").format(
+                                name=escape(inst.name))
                           + notes,
                           _("Stop"), _("Keep running")),
             on_answer(lambda _yes: self.power(inst, "stop")))

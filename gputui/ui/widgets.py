@@ -12,13 +12,16 @@ from textual.widgets import Checkbox, Footer, Static
 from textual.widgets._footer import FooterKey
 
 from gputui.format import format_money
-from gputui.i18n import _, cell_len
+from gputui.i18n import N_, _, cell_len
 
 #: an instance's label in a table, at most (cut in the middle, where generated names differ):
 #: a long one must not push the status and cost off an 80-column screen
 LABEL_CELLS = 20
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
+
+#: Textual's own key descriptions that reach the footer (it translates every description)
+TEXTUAL_KEYS = (N_("Dismiss menu"),)  # a Select's open list
 
 
 class TickBox(Checkbox):
@@ -53,26 +56,60 @@ class TopBar(Static):
     keeper: reactive[str] = reactive("")  # "deadlines kept by the daemon" while one runs
     # ((currency, rate, accrued), ...): one figure per currency, never one sum across them
     by_currency: reactive[tuple[tuple[str, Decimal, Decimal], ...]] = reactive(())
-    account: reactive[str] = reactive("")  # "¥312.40 · 38 h at ¥8.20/h" when one is configured
+    # (balance, currency) of the provider's wallet when one is configured
+    wallet: reactive[tuple[Decimal, str] | None] = reactive(None)
+
+    def _meters(self) -> list[str]:
+        """The meter, longest first: with what each currency has cost so far, then its rate
+        alone. Each names its figures (a bare "¥0.04" beside a balance reads as either)."""
+        if not self.billing_count:
+            return [_("nothing billing")]
+        if len(self.by_currency) > 1 or (self.by_currency and self.by_currency[0][0] != "USD"):
+            full = _("{count} live {figures}").format(count=self.billing_count, figures=" · ".join(
+                _("{rate}/h, {accrued} so far").format(rate=format_money(r, c),
+                                                      accrued=format_money(a, c))
+                for c, r, a in self.by_currency))
+            rates = _("{count} live {figures}").format(count=self.billing_count, figures=" · ".join(
+                _("{rate}/h").format(rate=format_money(r, c)) for c, r, _a in self.by_currency))
+            return [full, rates]
+        full = _("{count} live {rate}/h · {accrued} so far").format(
+            count=self.billing_count, rate=format_money(self.rate),
+            accrued=format_money(self.accrued))
+        return [full, _("{count} live {figures}").format(
+            count=self.billing_count, figures=_("{rate}/h").format(rate=format_money(self.rate)))]
+
+    def _accounts(self) -> list[str]:
+        """The wallet, longest first: "balance ¥312.40 · ≈38 h" (at what bills now in its
+        currency), the balance alone, or nothing."""
+        if self.wallet is None:
+            return [""]
+        balance, currency = self.wallet
+        head = _("balance {amount}").format(amount=format_money(balance, currency))
+        rate = sum((r for c, r, _a in self.by_currency if c == currency), Decimal(0))
+        if rate <= 0:
+            return [head, ""]
+        hours = max(Decimal(0), balance / rate)
+        span = (_("{n} h").format(n=int(hours)) if hours >= 1
+                else _("{n} min").format(n=int(hours * 60)))
+        return [_("{balance} · ≈{span}").format(balance=head, span=span), head, ""]
 
     def render(self) -> Text:
         # the title is the screen's TITLE (English, marked with N_): shown in the language of now
         left = Text.assemble(("gputui", "bold"), " · ", (_(self.title), "bold"))
         if self.size_note:
             left.append(f"  {self.size_note}", style="bold reverse")
-        if not self.billing_count:
-            meter = _("nothing billing")
-        elif len(self.by_currency) > 1 or (self.by_currency and self.by_currency[0][0] != "USD"):
-            meter = _("{count} live {figures}").format(count=self.billing_count, figures=" · ".join(
-                _("{rate}/h {accrued}").format(rate=format_money(r, c), accrued=format_money(a, c))
-                for c, r, a in self.by_currency))
-        else:
-            meter = _("{count} live {rate}/h · {accrued} so far").format(
-                count=self.billing_count, rate=format_money(self.rate),
-                accrued=format_money(self.accrued))
-        account = f"{self.account} · " if self.account else ""
-        right = Text(f"{account}{meter} · {self.clock}")
         width = self.size.width - 2 if self.size.width else 78
+        # the longest whole reading that fits: what has been spent goes first, then the
+        # wallet's runway, then its balance — never a figure cut in the middle
+        accounts, meters = self._accounts(), self._meters()
+        choices = [(a, m) for a in accounts[:-1] for m in dict.fromkeys(meters)]
+        choices += [("", m) for m in dict.fromkeys(meters)]
+        right = Text("")
+        for account, meter in choices:
+            right = Text(f"{account} · {meter} · {self.clock}" if account
+                         else f"{meter} · {self.clock}")
+            if left.cell_len + 1 + right.cell_len <= width:
+                break
         if self.keeper:
             room = width - left.cell_len - right.cell_len - 1
             keeper = _(self.keeper)

@@ -52,9 +52,9 @@ async def test_home_stop_start_and_the_yuan_top_bar(gputui_home: Path, emu: Auto
             app.refresh_meter()
             return str(bar.render())
 
-        await wait_for(pilot, lambda: re.search(r"¥3\d\d\.\d\d · \d+ h at ¥1\.88/h", bar_text()),
+        await wait_for(pilot, lambda: re.search(r"balance ¥3\d\d\.\d\d · ≈\d+ h", bar_text()),
                        "the runway in the top bar")
-        assert "1 live ¥1.88/h ¥" in bar_text() and "$" not in bar_text()
+        assert "1 live ¥1.88/h" in bar_text() and "$" not in bar_text()
         table = app.screen.query_one("#instances", DataTable)
         await pilot.press("s")
         await pilot.pause()
