@@ -104,7 +104,7 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         await until(pilot, lambda: app.screen.__class__.__name__ == "HomeScreen", "Home")
         home = app.screen.query_one(DataTable)
         await asyncio.sleep(0)
-        assert "release at queue end" in str(home.get_cell(inst.id, "release"))
+        assert "at queue end" in str(home.get_cell(inst.id, "release"))
 
 
 async def test_dialogs_show_where_results_go_and_run_in_the_pushed_project(
@@ -238,7 +238,7 @@ async def test_results_that_never_appear_show_held_on_home_and_jobs(services: Se
         await until(pilot, lambda: isinstance(app.screen, HomeScreen), "Home")
         table = app.screen.query_one(DataTable)
         await until(pilot, lambda: table.row_count == 1, "the instance on Home")
-        assert "release at queue end" in cell(table, inst.id, "release")
+        assert "at queue end" in cell(table, inst.id, "release")
         (services.state_dir / "sandbox" / "instances" / inst.id / "go").touch()  # it fails
         await until(pilot, lambda: "held: results missing (results)" in cell(
             table, inst.id, "release"), "held on Home", deadline_s=90)
