@@ -171,7 +171,8 @@ class HomeScreen(BaseScreen):
             # platform's own timer): "overdue" only where the release is held
             releasing = due and not self._held.get(inst.id)
             release = _("releasing…") if releasing else format_remaining(left)
-        if getattr(self, "_when_done", {}).get(inst.id):
+        if getattr(self, "_when_done", {}).get(inst.id) and not self._held.get(inst.id):
+            # (held: the Queue column says so; Jobs and the notices say which results)
             release = f"{release} · {shown(self._when_done[inst.id])}".removeprefix("- · ")
         link, _detail = self.gapp.store.link(inst.id)
         from gputui.models import InstanceStatus

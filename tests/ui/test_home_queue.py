@@ -157,3 +157,76 @@ def test_queue_cell_words():
     assert QueueSummary(total=5, finished=5, succeeded=5, ended=True).cell() == "done"
     assert QueueSummary(total=2, finished=2, succeeded=1, failed=1, ended=True).cell() == \
         "done ✗1"
+
+
+# ------------------------------------------------------------------------------------------
+# Snapshots: Home with the Queue column at 80×24, fixed data and a frozen clock
+# ------------------------------------------------------------------------------------------
+
+
+def queue_app(home: Path) -> GpuTuiApp:
+    """Home's two sandbox rows (tests/ui/test_snapshots.py) and a third whose release is held:
+    one queue running (release at its end), one ended, one held."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from gputui.models import BillingRule, Granularity, Instance, InstanceStatus, Lease
+    from gputui.services.jobs import WhenDone, save_when_done
+    from gputui.services.queuewatch import QueueSummary, session_queue_watch
+    from tests.ui.test_snapshots import app_with_data
+
+    app = app_with_data(home)
+    store = app.store
+    t0 = datetime(2026, 11, 29, 9, 30, tzinfo=UTC)
+    store.put_instance_sync(Instance(
+        id="a3", name="sweep-7b", provider="sandbox", gpu="A100 80GB", gpu_count=1,
+        billing=BillingRule(price_per_hour=Decimal("1.29"), granularity=Granularity.MINUTE),
+        status=InstanceStatus.RUNNING, created_at=t0, running_since=t0))
+    store.put_lease_sync(Lease(instance_id="a3",
+                               release_at=datetime(2026, 11, 29, 11, 55, tzinfo=UTC)))
+    services = app.services
+    save_when_done(services, "a1", WhenDone(policy="release", set_at="2026-11-29T10:20:00"))
+    save_when_done(services, "a3", WhenDone(
+        policy="release", pulls=[{"remote": "results", "local": str(home / "results")}],
+        set_at="2026-11-29T10:20:00", held="no such file: results",
+        held_at="2026-11-29T11:55:00"))
+    watch = session_queue_watch(services)
+    watch._summary.update({
+        "a1": QueueSummary(total=5, finished=3, succeeded=2, failed=1),
+        "a2": QueueSummary(total=4, finished=4, succeeded=4, ended=True),
+        "a3": QueueSummary(total=2, finished=2, succeeded=2, ended=True)})
+    return app
+
+
+async def _home_ready(pilot) -> None:
+    await shown(pilot, HomeScreen)
+    await until(pilot, lambda: pilot.app.screen.query_one(DataTable).row_count == 3, "3 rows")
+    await pilot.pause()
+
+
+def test_home_queue_column_snapshot(snap_compare, gputui_home: Path, utc_clock):
+    assert snap_compare(queue_app(gputui_home), terminal_size=SIZE, run_before=_home_ready)
+
+
+def test_zh_home_queue_column_snapshot(snap_compare, gputui_home: Path, utc_clock, zh):
+    assert snap_compare(queue_app(gputui_home), terminal_size=SIZE, run_before=_home_ready)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+async def test_queue_column_fits_at_80_columns_beside_the_cost(gputui_home: Path, utc_clock,
+                                                                lang: str):
+    """The essential columns (name to cost) and Queue stay on an 80-column screen, even with
+    a held release's long label."""
+    from gputui.i18n import set_language
+
+    set_language(lang)
+    app = queue_app(gputui_home)
+    async with app.run_test(size=SIZE) as pilot:
+        await _home_ready(pilot)
+        table = app.screen.query_one(DataTable)
+        widths = {c.key.value: c.get_render_width(table) for c in table.columns.values()}
+        keys = ["name", "gpu", "status", "release", "cost", "queue"]
+        assert sum(widths[k] for k in keys) <= SIZE[0], sorted(widths.items())
+        assert cell(app, "a1", "queue") == "3/5 ✓2 ✗1"
+        assert cell(app, "a3", "queue") == ("held" if lang == "en" else "暂缓")
+        assert cell(app, "a2", "queue") == ("done" if lang == "en" else "已完成")
