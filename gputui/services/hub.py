@@ -176,6 +176,8 @@ class Services:
         # end it did not do is told on Home: who did it, what it cost)
         self.ended_here: set[str] = set()
         self.stopped_here: set[str] = set()
+        # called with (instance, QueueView) at every read of a jobs queue (the queue watch)
+        self.queue_observers: list[Callable[[Instance, Any], None]] = []
         self._attached: dict[type, Closable] = {}
         self.state_dir = state_dir or ensure_state_dir()
         # No ~/.ssh/config: an instance is reached exactly as recorded. Keys: the instance's own

@@ -448,7 +448,7 @@ class JobService:
             check_spec(spec, _("run {n}").format(n=n) if len(specs) > 1 else "")
             parse_gpus(",".join(map(str, spec.gpus)) if spec.gpus else None, inst.gpu_count)
         out = await self._json(inst, "add", input=json.dumps([s.as_json() for s in specs]))
-        from gputui.services.queuewatch import mark_queued  # watched from now on, by any process
+        from gputui.services.queuemarks import mark_queued  # watched from now on, by any process
 
         mark_queued(self.services, inst.id)
         try:  # (the runs are queued: a record that cannot be read is reported, not raised)
@@ -509,9 +509,8 @@ class JobService:
             job.cost = run_cost(inst, job)
             view.jobs.append(job)
         await asyncio.to_thread(self._record_costs, inst, view)
-        from gputui.services.queuewatch import observe  # the console's toasts, Home's column
-
-        observe(self.services, inst, view)
+        for observe in list(self.services.queue_observers):  # the console's toasts, Home's Queue
+            observe(inst, view)
         return view
 
     def _record_costs(self, inst: Instance, view: QueueView) -> None:

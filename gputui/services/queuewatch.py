@@ -5,8 +5,9 @@ ends under `keep`, which no when-done carries out), and Home's Queue column read
 Cheap by design:
 - Only instances known to have a queue are looked at: `JobService.add` (any process: the
   console, `gputui jobs NAME add`, `gputui run`, MCP) leaves a mark in the state folder
-  (`queues/ID`), and a when-done record says so too. Nothing is asked of an instance without.
-- Every read of a queue feeds the watch (`observe`, called by `JobService.view`): the Jobs
+  (services/queuemarks.py), and a when-done record says so too. Nothing is asked of an
+  instance without.
+- Every read of a queue feeds the watch (`observe`, through `JobService.view`): the Jobs
   screen's poll, the when-done clock's look, a release's look. The watch reads a queue itself
   only when nothing else has for `WATCH_EVERY_S`, in the background (never in the lease clock's
   way), and no more once the queue has ended — until a run is added again.
@@ -19,13 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.i18n import N_, Deferred, _
+from gputui.services.queuemarks import marks
 from gputui.store import QueueChanged
 
 if TYPE_CHECKING:
@@ -37,36 +37,7 @@ log = logging.getLogger("gputui.queuewatch")
 
 WATCH_EVERY_S = 10.0  # a queue nothing else read meanwhile is read this often
 READ_TIMEOUT_S = 30.0  # one read of a queue (over SSH): an unreachable host is not waited on
-MARKS_DIR = "queues"
 FAILED = ("failed", "lost")
-
-
-def _marks_dir(services: Services) -> Path:
-    return Path(services.state_dir) / MARKS_DIR
-
-
-def mark_queued(services: Services, instance_id: str) -> None:
-    """Runs were queued on this instance (its mark's time is when): the watch looks at its
-    queue from now on. Never raises (a mark that cannot be written: the Jobs screen still
-    shows the queue)."""
-    try:
-        folder = _marks_dir(services)
-        folder.mkdir(mode=0o700, exist_ok=True)
-        path = folder / instance_id
-        path.touch(mode=0o600)
-        os.utime(path)
-    except OSError as exc:
-        log.warning("queue mark for %s not written: %s", instance_id, type(exc).__name__)
-
-
-def _marks(services: Services) -> dict[str, float]:
-    """Instance id -> when runs were last queued on it."""
-    out: dict[str, float] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(_marks_dir(services)):
-            with contextlib.suppress(OSError):
-                out[entry.name] = entry.stat().st_mtime
-    return out
 
 
 @dataclass(frozen=True)
@@ -123,6 +94,8 @@ class QueueWatch:
         self._ended_mark: dict[str, float] = {}  # the mark's time when the end was seen
         self._seen_at: dict[str, float] = {}  # monotonic time of the last read
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        # every read of a queue in this process comes here (JobService.view)
+        services.queue_observers.append(self._observe_safely)
 
     def summary(self, instance_id: str) -> QueueSummary | None:
         return self._summary.get(instance_id)
@@ -135,7 +108,7 @@ class QueueWatch:
         only taken in (what happened while nobody watched is not news)."""
         self._seen_at[inst.id] = time.monotonic()
         summary = QueueSummary.of(view)
-        mark = _marks(self.services).get(inst.id)
+        mark = marks(self.services).get(inst.id)
         if self._ended.get(inst.id) and (mark or 0.0) > self._ended_mark.get(inst.id, 0.0):
             self._ended[inst.id] = False  # runs queued since it ended: a new end to tell
         before = self._runs.get(inst.id)
@@ -157,6 +130,12 @@ class QueueWatch:
         if self._summary.get(inst.id) != summary:
             self._summary[inst.id] = summary
             self.store.emit(QueueChanged(inst.id))
+
+    def _observe_safely(self, inst: Instance, view: QueueView) -> None:
+        try:
+            self.observe(inst, view)
+        except Exception as exc:  # noqa: BLE001 - what the console says never breaks a read
+            log.warning("queue watch: %s", type(exc).__name__)
 
     def _say_failed(self, inst: Instance, job: Any) -> None:
         code = "-" if job.exit_code is None else str(job.exit_code)
@@ -217,12 +196,12 @@ class QueueWatch:
         live = {i.id for i in instances}
         for gone in [i for i in self._summary if i not in live]:
             self._forget(gone)
-        marks = _marks(self.services)
+        queued = marks(self.services)
         now = time.monotonic()
         for inst in instances:
             if inst.status != InstanceStatus.RUNNING:
                 continue
-            mark = marks.get(inst.id)
+            mark = queued.get(inst.id)
             if mark is None and not _policy_path(self.services, inst.id).exists():
                 continue
             if self._ended.get(inst.id) and (mark or 0.0) <= self._ended_mark.get(inst.id, 0.0):
@@ -251,6 +230,8 @@ class QueueWatch:
             table.pop(instance_id, None)  # type: ignore[attr-defined]
 
     async def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.services.queue_observers.remove(self._observe_safely)
         tasks = [t for t in self._tasks.values() if not t.done()]
         for task in tasks:
             task.cancel()
@@ -258,17 +239,6 @@ class QueueWatch:
             with contextlib.suppress(BaseException):
                 await task
         self._tasks.clear()
-
-
-def observe(services: Services, inst: Instance, view: QueueView) -> None:
-    """`JobService.view`'s call: feed the watch, where this process keeps one. Never raises."""
-    watch = services.find_attached(QueueWatch)
-    if watch is None:
-        return
-    try:
-        watch.observe(inst, view)
-    except Exception as exc:  # noqa: BLE001 - what the console says never breaks a read
-        log.warning("queue watch: %s", type(exc).__name__)
 
 
 def session_queue_watch(services: Services) -> QueueWatch:
