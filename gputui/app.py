@@ -231,6 +231,9 @@ class GpuTuiApp(App[int]):
         self.set_interval(1.0, self._tick)
         self.set_interval(2.0, self.store.poll_external)
         if self._background:
+            from gputui.services.queuewatch import session_queue_watch
+
+            session_queue_watch(self.services)  # a queue that ends anywhere is said
             self.lease_clock()
             if "autodl" in self.services.providers:  # an account is configured
                 self.account_clock()

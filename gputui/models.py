@@ -314,6 +314,9 @@ class LedgerEntry(_Model):
     storage_cost: Decimal
     currency: str = "USD"
     end_reason: EndReason
+    # which gputui process released it ("daemon", "reap", "console", "run", "mcp"); None where
+    # none did: the platform ended it, or the record predates this field
+    ended_by: str | None = None
 
     @field_validator("name")
     @classmethod

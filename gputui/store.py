@@ -118,6 +118,13 @@ class LinkChanged:
 
 
 @dataclass(frozen=True)
+class QueueChanged:
+    """What this process knows of an instance's jobs queue changed (services/queuewatch.py)."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something a service wants the user to see (a warning, a budget alert...)."""
 
@@ -133,7 +140,8 @@ class Notice:
         return self.english if self.english is not None else self.text
 
 
-Event = InstanceChanged | LeaseChanged | LedgerChanged | TelemetryChanged | LinkChanged | Notice
+Event = (InstanceChanged | LeaseChanged | LedgerChanged | TelemetryChanged | LinkChanged
+         | QueueChanged | Notice)
 
 _TABLE_EVENT: dict[str, type] = {
     "instances": InstanceChanged,

@@ -277,6 +277,10 @@ class Daemon:
         self.leases = leases or LeaseService(services, warn_minutes=warn)
         self.telemetry = telemetry or TelemetryService(services, self.store, interval=interval)
         self.keep_leases = keep_leases  # False: `gputui metrics` watches, releases nothing
+        if keep_leases:  # a queue that ends or a run that fails is said (a line, the phone)
+            from gputui.services.queuewatch import session_queue_watch
+
+            session_queue_watch(services)
         self.ticks = 0
         self.errors = 0
         self._last_error: str | None = None  # the last failed tick's error (said once)

@@ -173,6 +173,12 @@ class Services:
         # which gputui process this is, for "released by the timer, through gputui daemon":
         # "daemon", "reap", "console", "run" (None: not said)
         self.actor: str | None = None
+        # instances this process released or stopped itself (the console says so at once; an
+        # end it did not do is told on Home: who did it, what it cost)
+        self.ended_here: set[str] = set()
+        self.stopped_here: set[str] = set()
+        # called with (instance, QueueView) at every read of a jobs queue (the queue watch)
+        self.queue_observers: list[Callable[[Instance, Any], None]] = []
         self._attached: dict[type, Closable] = {}
         self.state_dir = state_dir or ensure_state_dir()
         # No ~/.ssh/config: an instance is reached exactly as recorded. Keys: the instance's own
@@ -521,9 +527,11 @@ class Services:
         if inst.status not in (InstanceStatus.RUNNING, InstanceStatus.BOOTING):
             raise InvalidRequest(_("{name} is {status}: nothing to stop").format(
                 name=inst.name, status=status_text(inst.status)))
+        self.stopped_here.add(inst.id)
         try:
             fresh = await provider.stop(inst)
         except ProviderError as exc:
+            self.stopped_here.discard(inst.id)
             raise _service_error(exc) from None
         if "links" in self.__dict__:
             await self.links.close(inst.id)
@@ -680,7 +688,11 @@ class Services:
         ended.end_reason = reason
         ended.status_detail = None
         entry = LedgerEntry.from_instance(ended, reason, ended.ended_at or utcnow())
-        if await self.store.end_instance(inst.id, entry, ended) and reason != "manual":
+        entry.ended_by = self.actor
+        self.ended_here.add(inst.id)
+        if not await self.store.end_instance(inst.id, entry, ended):
+            self.ended_here.discard(inst.id)
+        elif reason != "manual":
             _notify(self, "released", entry, self.actor)
         await self._close_lease(inst.id, fired=reason in ("timer", "idle", "budget"))
         if "links" in self.__dict__:
@@ -704,6 +716,10 @@ class Services:
             found = make(self)
             self._attached[kind] = found
         return found  # type: ignore[return-value]
+
+    def find_attached(self, kind: type[T]) -> T | None:
+        """The session's `kind` service where one was made (None: none; nothing is made)."""
+        return self._attached.get(kind)  # type: ignore[return-value]
 
     async def close(self) -> None:
         for service in list(self._attached.values()):

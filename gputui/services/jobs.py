@@ -451,6 +451,9 @@ class JobService:
             check_spec(spec, _("run {n}").format(n=n) if len(specs) > 1 else "")
             parse_gpus(",".join(map(str, spec.gpus)) if spec.gpus else None, inst.gpu_count)
         out = await self._json(inst, "add", input=json.dumps([s.as_json() for s in specs]))
+        from gputui.services.queuemarks import mark_queued  # watched from now on, by any process
+
+        mark_queued(self.services, inst.id)
         try:  # (the runs are queued: a record that cannot be read is reported, not raised)
             rec = checked_when_done(self.services, inst)
         except UnreadableRecord:
@@ -509,6 +512,8 @@ class JobService:
             job.cost = run_cost(inst, job)
             view.jobs.append(job)
         await asyncio.to_thread(self._record_costs, inst, view)
+        for observe in list(self.services.queue_observers):  # the console's toasts, Home's Queue
+            observe(inst, view)
         return view
 
     def _record_costs(self, inst: Instance, view: QueueView) -> None:
@@ -907,8 +912,8 @@ async def release_allowed(services: Services, inst: Instance) -> bool:
 
 
 def when_done_label(services: Services, instance_id: str, *, short: bool = False) -> str | None:
-    """What Home and Jobs show beside the timer: "release when the queue ends" ("release at
-    queue end" when `short`); "held: results missing (PATH)" when the results asked for could
+    """What Home and Jobs show beside the timer: "release when the queue ends" ("at queue end"
+    when `short`); "held: results missing (PATH)" when the results asked for could
     not be pulled and the release waits for them; None when none is set, or it was carried
     out."""
     try:
@@ -923,8 +928,8 @@ def when_done_label(services: Services, instance_id: str, *, short: bool = False
             return _("results missing ({paths})").format(paths=paths)
         return _("held: results missing ({paths})").format(paths=paths)
     if short:
-        return _({"release": N_("release at queue end"), "stop": N_("stop at queue end"),
-                  "keep": N_("pull at queue end")}[rec.policy])
+        return _({"release": N_("at queue end"), "stop": N_("stop at end"),
+                  "keep": N_("pull at end")}[rec.policy])
     if rec.pulls and rec.policy != "keep":
         return _({"release": N_("release when the queue ends (pull first)"),
                   "stop": N_("stop when the queue ends (pull first)")}[rec.policy])

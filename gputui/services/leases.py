@@ -143,7 +143,8 @@ class LeaseService(LeaseArmer):
         now = as_utc(now or utcnow())
         result = ReapResult([], [], [])
         leases = {le.instance_id: le for le in await self.store.leases()}
-        for inst in await self.store.instances(live_only=True):
+        live = await self.store.instances(live_only=True)
+        for inst in live:
             try:
                 await self._tick_one(inst, leases.get(inst.id), now, refresh, result)
             except Exception as exc:  # noqa: BLE001 - one instance never stops the others
@@ -157,12 +158,23 @@ class LeaseService(LeaseArmer):
                                       "error", instance_id=inst.id)
             else:
                 self._tick_errors.pop(inst.id, None)
+        self._watch_queues(live)
         await self._budgets(now, result)
         await self._wallets(now)
         if refresh and (self._swept is None or time.monotonic() - self._swept >= SWEEP_EVERY_S):
             self._swept = time.monotonic()
             result.released += await self.services.sweep_strays()
         return result
+
+    def _watch_queues(self, live: list[Instance]) -> None:
+        """Where this process keeps a queue watch (the console, the daemon): the queues nothing
+        read lately are read in the background, so a queue that ends or a run that fails on
+        any instance is said."""
+        from gputui.services.queuewatch import QueueWatch
+
+        watch = self.services.find_attached(QueueWatch)
+        if watch is not None:
+            watch.tick(live)
 
     def _left_mid_create(self, inst: Instance) -> bool:
         """A record a create left behind (Ctrl-C, a crash, a console closed mid-create): asked

@@ -29,17 +29,19 @@ EMPTY_HINT = N_(
 
 # Most important first: a narrow pane cuts from the right.
 # What matters most first: at 80 columns the table shows through "Link" (the top bar has the
-# total $/h, and Costs each instance's).
+# total $/h, and Costs each instance's). Queue: `3/5 ✓2 ✗1` while runs go, `done`, `held`.
 COLUMNS = [
     ("name", N_("Name")),
     ("gpu", N_("GPU")),
     ("status", N_("Status")),
     ("release", N_("Release in")),
     ("cost", N_("Cost")),
+    ("queue", N_("Queue")),
     ("link", N_("Link")),
     ("rate", N_("$/h")),
     ("provider", N_("Provider")),
 ]
+LINGER_S = 60.0  # an instance ended by someone else stays (dimmed, with a line) this long
 LINK_MARK = {"connected": N_("ok"), "connecting": "…", "reconnecting": N_("retrying"),
              "failed": N_("FAILED")}
 # The status words as shown (the store and JSON keep the English value).
@@ -100,6 +102,7 @@ class HomeScreen(BaseScreen):
     DEFAULT_CSS = """
     HomeScreen #hint { padding: 1 2; color: $text-muted; }
     HomeScreen #keeper { padding: 0 1; color: $warning; display: none; }
+    HomeScreen #ended { padding: 0 1; color: $text-muted; display: none; }
     HomeScreen DataTable { height: 1fr; }
     """
 
@@ -108,6 +111,7 @@ class HomeScreen(BaseScreen):
         hint.display = False  # until the store is read: there may be instances
         yield hint
         yield Static("", id="keeper")
+        yield Static("", id="ended")
         yield DataTable(id="instances", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
@@ -117,6 +121,9 @@ class HomeScreen(BaseScreen):
         self._instances: dict[str, Instance] = {}
         self._leases: dict[str, Lease] = {}
         self._shown: dict[str, dict[str, str]] = {}  # the text each cell shows now
+        self._held: dict[str, bool] = {}
+        self._gone: dict[str, str] = {}  # rows of ended instances, lingering: their line
+        self._said: dict[str, str] = {}  # instance id -> line about it (newest last)
         super().on_mount()  # last: where the session is open, it fills the table now
 
     def on_session_open(self) -> None:
@@ -125,27 +132,39 @@ class HomeScreen(BaseScreen):
 
     def reload(self) -> None:
         store = self.gapp.store
+        before = getattr(self, "_instances", {})
         self._instances = {i.id: i for i in store.instances_sync(live_only=True)}
         self._leases = {lease.instance_id: lease for lease in store.leases_sync()}
         self._when_done: dict[str, str | None] = {}
+        self._held = {}
         if self._instances:  # (no instance, no import of the jobs module before the first frame)
-            from gputui.services.jobs import when_done_label  # "release when the queue ends"
+            from gputui.services.jobs import held_now, when_done_label
 
+            # "at queue end" beside the timer; `held` in the Queue column
             self._when_done = {i: when_done_label(self.gapp.services, i, short=True)
                                for i in self._instances}
+            self._held = {i: held_now(self.gapp.services, i) for i in self._instances}
         table = self.query_one(DataTable)
         removed = False
         for key in [k.value for k in list(table.rows)]:
-            if key is not None and key not in self._instances:
-                table.remove_row(key)
-                self._shown.pop(key, None)
-                removed = True
+            if key is None or key in self._instances or key in self._gone:
+                continue
+            ended = store.get_instance_sync(key)
+            if ended is not None and not ended.status.live and key in before:
+                self._ended(table, ended)  # who ended it and what it cost: it lingers a while
+                continue
+            table.remove_row(key)
+            self._shown.pop(key, None)
+            removed = True
         if removed:
             _remeasure(table)
         for inst in self._instances.values():
+            old = before.get(inst.id)
+            if old is not None and old.status != inst.status:
+                self._status_changed(old, inst)
             self._put_row(inst)
         hint = self.query_one("#hint", Static)
-        hint.display = not self._instances
+        hint.display = not self._instances and not self._gone
         self.call_after_refresh(self.check_keeper)  # not before the first frame
         if not self._instances and store.ledger_sync():
             hint.update(_("Nothing running. Ended instances and what they cost are in Costs "
@@ -153,6 +172,7 @@ class HomeScreen(BaseScreen):
 
     def _cells(self, inst: Instance, now: datetime) -> dict[str, str | Text]:
         lease = self._leases.get(inst.id)
+        releasing = False
         if lease is None and inst.status.live:
             release = _("⚠ no timer")  # made by an older gputui: nothing will release it
         elif lease is None or lease.state != "active":
@@ -160,22 +180,126 @@ class HomeScreen(BaseScreen):
         elif lease.release_at is None:
             release = _("⚠ no timer")
         else:
-            release = format_remaining(lease.remaining(now))
-        if getattr(self, "_when_done", {}).get(inst.id):
+            left = lease.remaining(now)
+            due = left is not None and left <= 0
+            # past its deadline it is being released (by this console, the daemon or the
+            # platform's own timer): "overdue" only where the release is held
+            releasing = due and not self._held.get(inst.id)
+            release = _("releasing…") if releasing else format_remaining(left)
+        if getattr(self, "_when_done", {}).get(inst.id) and not self._held.get(inst.id):
+            # (held: the Queue column says so; Jobs and the notices say which results)
             release = f"{release} · {shown(self._when_done[inst.id])}".removeprefix("- · ")
         link, _detail = self.gapp.store.link(inst.id)
-        link_text = _(LINK_MARK.get(link.value, "-")) if inst.status.billing_compute else "-"
+        # a stopped box has no SSH to be "ok"; a link that drops as the instance goes is not
+        # "retrying"
+        from gputui.models import InstanceStatus
+
+        going = releasing or inst.status not in (InstanceStatus.BOOTING, InstanceStatus.RUNNING)
         provider = inst.provider  # "sandbox" says it; "(simulated)" was cut at 80 columns
         return {
             "name": Text(fit_name(inst.name, LABEL_CELLS)),  # a label is the user's text, never markup
             "provider": provider,
             "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
             "status": _status_text(inst, now),
-            "link": link_text,  # a stopped box has no SSH to be "ok"
+            "link": "-" if going else _(LINK_MARK.get(link.value, "-")),
+            "queue": self._queue_cell(inst.id),
             "release": release,
             "rate": _rate_text(inst),
             "cost": format_money(inst.accrued(now), inst.billing.currency),
         }
+
+    def _queue_cell(self, instance_id: str) -> str:
+        from gputui.services.queuewatch import queue_cell
+
+        return queue_cell(self.gapp.services, instance_id, held=self._held.get(instance_id, False))
+
+    # -- what someone else did ---------------------------------------------------------------
+
+    def _ended(self, table: DataTable, ended: Instance) -> None:
+        """An instance on screen ended: its row stays a minute, dimmed, with its final cost,
+        and a line says who ended it and what it cost (a toast too where this console did not
+        do it)."""
+        from gputui.format import format_money
+
+        entry = next((e for e in self.gapp.store.ledger_sync()
+                      if e.instance_id == ended.id), None)
+        line = ended_line(ended, entry)
+        self._gone[ended.id] = line
+        self._say(ended.id, line, toast=ended.id not in self.gapp.services.ended_here)
+        cost = (format_money(entry.total, entry.currency) if entry is not None
+                else format_money(ended.accrued(self.gapp.now()), ended.billing.currency))
+        cells = self._shown.get(ended.id, {})
+        dim = {key: Text(cells.get(key, ""), style="dim") for key, _label in COLUMNS}
+        dim.update(status=Text(status_text(ended.status), style="dim"),
+                   release=Text("-", style="dim"), link=Text("-", style="dim"),
+                   cost=Text(cost, style="dim"))
+        was = self._shown.setdefault(ended.id, {})
+        for key, value in dim.items():  # every cell: the same text, dimmed
+            table.update_cell(ended.id, key, value,
+                              update_width=cell_len(str(value)) != cell_len(was.get(key, "")))
+            was[key] = str(value)
+        self.set_timer(LINGER_S, lambda: self._drop(ended.id))
+
+    def _drop(self, instance_id: str) -> None:
+        self._gone.pop(instance_id, None)
+        self._said.pop(instance_id, None)
+        self._show_said()
+        table = self.query_one(DataTable)
+        if instance_id in {k.value for k in table.rows} and instance_id not in self._instances:
+            table.remove_row(instance_id)
+            self._shown.pop(instance_id, None)
+            _remeasure(table)
+        if not self._instances and not self._gone:
+            self.query_one("#hint", Static).display = True
+
+    def _status_changed(self, old: Instance, inst: Instance) -> None:
+        """Powered off by someone else (the daemon at the deadline, a queue's when-done, the
+        instance's own timer or idle watchdog, another console): said, with its cost so far."""
+        from gputui.models import InstanceStatus
+
+        if inst.status != InstanceStatus.STOPPED or old.status == InstanceStatus.STOPPED:
+            return
+        services = self.gapp.services
+        mine = inst.id in services.stopped_here
+        services.stopped_here.discard(inst.id)
+        lease = self._leases.get(inst.id)
+        done = self._when_done_outcome(inst.id)
+        why = (_("its queue ended") if done == "stopped" else
+               _("its release time") if lease is not None and lease.state == "fired" else
+               _("this console") if mine else _("outside this console"))
+        line = _("{name} powered off ({why}); its disk stays — it has cost {cost}").format(
+            name=inst.name, why=why,
+            cost=format_money(inst.accrued(self.gapp.now()), inst.billing.currency))
+        self._say(inst.id, line, toast=not mine)
+        self.set_timer(LINGER_S, lambda: self._unsay(inst.id, line))
+
+    def _when_done_outcome(self, instance_id: str) -> str | None:
+        from gputui.services.jobs import JobError, load_when_done
+
+        try:
+            rec = load_when_done(self.gapp.services, instance_id)
+        except JobError:
+            return None
+        return rec.outcome if rec is not None else None
+
+    def _say(self, instance_id: str, line: str, *, toast: bool) -> None:
+        self._said.pop(instance_id, None)
+        self._said[instance_id] = line
+        self._show_said()
+        if toast:
+            self.gapp.notify(line, timeout=12)
+            self.gapp.bell()
+
+    def _unsay(self, instance_id: str, line: str) -> None:
+        if self._said.get(instance_id) == line:
+            self._said.pop(instance_id)
+            self._show_said()
+
+    def _show_said(self) -> None:
+        note = self.query_one("#ended", Static)
+        lines = list(self._said.values())[-2:]  # the newest two: the table keeps its rows
+        note.update(Text("\n".join(lines)))
+        note.display = bool(lines)
 
     def _put_row(self, inst: Instance) -> None:
         table = self.query_one(DataTable)
@@ -230,9 +354,14 @@ class HomeScreen(BaseScreen):
                          {k: cells[k] for k in ("release", "cost", "link", "status", "rate")})
 
     def on_store_event(self, message: StoreEvent) -> None:
-        from gputui.store import InstanceChanged, LeaseChanged, LinkChanged
+        from gputui.store import InstanceChanged, LeaseChanged, LinkChanged, QueueChanged
 
-        if isinstance(message.event, InstanceChanged | LeaseChanged | LinkChanged):
+        event = message.event
+        if isinstance(event, QueueChanged):
+            if event.instance_id in self._instances:  # that one cell, by its row's key
+                self._update(self.query_one(DataTable), event.instance_id,
+                             {"queue": self._queue_cell(event.instance_id)})
+        elif isinstance(event, InstanceChanged | LeaseChanged | LinkChanged):
             self.reload()
 
     def selected_instance(self) -> Instance | None:
@@ -430,3 +559,29 @@ class HomeScreen(BaseScreen):
             return
         self.notify(_("added {name}: {count}× {gpu}").format(name=inst.name, count=inst.gpu_count,
                                                              gpu=inst.gpu))
+
+
+def ended_line(inst: Instance, entry: object) -> str:
+    """`qwen-lora released by its release timer (gputui daemon) after 1h45m; it cost $0.60`:
+    who ended an instance and what it cost, from its ledger entry."""
+    from gputui.models import LedgerEntry
+    from gputui.services.notify import _ACTORS, _RELEASED_BY, _duration
+
+    if not isinstance(entry, LedgerEntry):
+        return _("{name} ended ({status})").format(name=inst.name,
+                                                   status=status_text(inst.status))
+    reason = entry.end_reason
+    if entry.ended_by in _ACTORS:
+        who = _(_ACTORS[entry.ended_by])
+    elif reason in ("external", "timer", "idle"):  # the platform, or the instance's own timer
+        who = entry.provider
+    else:
+        who = _("gputui")
+    cost = format_money(entry.total, entry.currency)
+    duration = shown(_duration(entry.running_seconds))
+    if reason == "external" and entry.ended_by is None:
+        return _("{name} ended by {provider} after {duration}; it cost {cost}").format(
+            name=entry.name, provider=entry.provider, duration=duration, cost=cost)
+    return _("{name} released by {by} ({who}) after {duration}; it cost {cost}").format(
+        name=entry.name, by=_(_RELEASED_BY.get(reason, reason)), who=who, duration=duration,
+        cost=cost)

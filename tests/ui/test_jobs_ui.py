@@ -104,7 +104,7 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         await until(pilot, lambda: app.screen.__class__.__name__ == "HomeScreen", "Home")
         home = app.screen.query_one(DataTable)
         await asyncio.sleep(0)
-        assert "release at queue end" in str(home.get_cell(inst.id, "release"))
+        assert "at queue end" in str(home.get_cell(inst.id, "release"))
 
 
 async def test_dialogs_show_where_results_go_and_run_in_the_pushed_project(
@@ -225,8 +225,8 @@ async def test_console_start_pulls_and_releases_a_finished_queue(services: Servi
 async def test_results_that_never_appear_show_held_on_home_and_jobs(services: Services,
                                                                      tmp_path):
     """The run fails before it writes its results: the console's clock holds the release, and
-    Home and Jobs say "held: results missing (PATH)" — not "release at queue end" — with the
-    ways out on Jobs."""
+    Home says "held" (its Queue column) and Jobs "held: results missing (PATH)" — not "at queue
+    end" — with the ways out on Jobs."""
     from gputui.ui.home import HomeScreen
 
     inst = await rent(services)
@@ -238,10 +238,10 @@ async def test_results_that_never_appear_show_held_on_home_and_jobs(services: Se
         await until(pilot, lambda: isinstance(app.screen, HomeScreen), "Home")
         table = app.screen.query_one(DataTable)
         await until(pilot, lambda: table.row_count == 1, "the instance on Home")
-        assert "release at queue end" in cell(table, inst.id, "release")
+        assert "at queue end" in cell(table, inst.id, "release")
         (services.state_dir / "sandbox" / "instances" / inst.id / "go").touch()  # it fails
-        await until(pilot, lambda: "held: results missing (results)" in cell(
-            table, inst.id, "release"), "held on Home", deadline_s=90)
+        await until(pilot, lambda: cell(table, inst.id, "queue") == "held", "held on Home",
+                    deadline_s=90)  # (Home's Queue column; which results: Jobs and the notice)
         assert "queue end" not in cell(table, inst.id, "release")
         assert services.store.get_instance_sync(inst.id).status.live  # kept
         await pilot.press("j")

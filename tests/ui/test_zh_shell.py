@@ -154,7 +154,7 @@ async def test_zh_home_columns_and_cells(gputui_home: Path, zh, utc_clock):
         await _home_ready(pilot)
         table = app.screen.query_one(DataTable)
         headers = [str(c.label) for c in table.columns.values()]
-        assert headers[:6] == ["名称", "GPU", "状态", "释放倒计时", "费用", "连接"]
+        assert headers[:7] == ["名称", "GPU", "状态", "释放倒计时", "费用", "队列", "连接"]
         assert [str(c) for c in table.get_row("a1")][2:4] == ["运行中", "1小时45分"]
         assert str(table.get_row("a2")[3]) == "⚠ 无定时器"
         assert "2 台计费" in top_bar(app)
