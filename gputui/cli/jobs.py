@@ -218,9 +218,63 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return run_async(args, lambda services: _JOB_ACTIONS[action](services, args))
 
 
+def _any(services: Any, name: str) -> Any:
+    """An instance by name or id, live or gone: the latest of several gone by one name."""
+    from gputui.errors import NotFound
+
+    try:
+        return services.store.find_instance_sync(name)
+    except NotFound:
+        gone = [i for i in services.store.instances_sync() if i.name == name
+                and not i.status.live]
+        if len(gone) < 2 or any(i.name == name and i.status.live
+                                for i in services.store.instances_sync()):
+            raise
+        return max(gone, key=lambda i: i.ended_at or i.created_at)
+
+
+def _released(services: Any, name: str) -> tuple[Any, Any, Any] | None:
+    """(instance, its runs as kept here, the record) for an instance that is gone; None for a
+    live one. An instance gone with no runs kept is one line, exit 1."""
+    from gputui.services.run_records import released_view
+
+    inst = _any(services, name)
+    if inst.status.live:
+        return None
+    view, rec = released_view(services, inst)
+    if not view.jobs:
+        raise CommandError(_("{name} is {status}, and no runs of it were kept here").format(
+            name=inst.name, status=status_text(inst.status)))
+    return inst, view, rec
+
+
+def _gone_line(inst: Any) -> str:
+    from gputui.format import local_clock
+
+    if inst.ended_at is None:
+        return _("{name} is {status}; its runs as kept here:").format(
+            name=inst.name, status=status_text(inst.status))
+    return _("{name} was {status} at {time}; its runs as kept here:").format(
+        name=inst.name, status=status_text(inst.status), time=local_clock(inst.ended_at))
+
+
 async def _list(services: Any, args: argparse.Namespace) -> int:
     from gputui.services.jobs import JobService
 
+    gone = _released(services, args.name)
+    if gone is not None:
+        from gputui.services.run_records import record_note
+
+        inst, view, rec = gone
+        if args.json:
+            print_json([j.as_dict() for j in view.jobs])
+            return 0
+        print(_gone_line(inst))
+        print_table(view, inst)
+        print(record_note(rec, inst))
+        print(_("  `gputui jobs {name} log ID` prints a run's last lines").format(
+            name=inst.id if _ambiguous(services, inst) else inst.name))
+        return 0
     inst = _live(services, args.name)
     jobs = JobService(services)
     view = await jobs.view(inst)
@@ -303,16 +357,49 @@ async def _add(services: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _log(services: Any, args: argparse.Namespace) -> int:
-    from gputui.services.jobs import JobService
+def _ambiguous(services: Any, inst: Any) -> bool:
+    return sum(i.name == inst.name for i in services.store.instances_sync()) > 1
 
+
+async def _log(services: Any, args: argparse.Namespace) -> int:
+    from gputui.services.jobs import JobService, UnknownJob, _job_id
+    from gputui.services.run_records import TOTAL_BYTES, kept_tail, no_output
+
+    gone = _released(services, args.name)
+    if gone is not None:  # the copy kept here when its queue ended or it was released
+        inst, view, rec = gone
+        job = view.get(_job_id(args.job))
+        kept = kept_tail(rec, job.id)
+        if kept is None:
+            raise CommandError(_("{name}: no log of job {job_id} was kept here").format(
+                name=inst.name, job_id=job.id))
+        lines, cut, over_cap = kept
+        for line in lines[-args.lines:] if args.lines > 0 else []:
+            print(line)
+        if not lines:
+            print(_("job {job_id}: {what}").format(job_id=job.id, what=no_output(job))
+                  if not over_cap else
+                  _("job {job_id}: its log was not kept: the instance's logs were over the "
+                    "{size} kept").format(job_id=job.id, size=_human_bytes(TOTAL_BYTES)),
+                  file=sys.stderr)
+        elif cut:
+            print(_("(the last lines only: the log was longer)"), file=sys.stderr)
+        return 0
     inst = _live(services, args.name)
     jobs = JobService(services)
     if args.follow:
         await jobs.follow(inst, args.job, lambda line: print(line, flush=True))
-    else:
-        for line in await jobs.log_tail(inst, args.job, args.lines):
-            print(line)
+        return 0
+    lines = await jobs.log_tail(inst, args.job, args.lines)
+    for line in lines:
+        print(line)
+    if not lines:  # a run that printed nothing says so, and how it ended
+        try:
+            job = (await jobs.view(inst)).get(_job_id(args.job))
+        except UnknownJob:
+            return 0
+        print(_("job {job_id}: {what}").format(job_id=job.id, what=no_output(job)),
+              file=sys.stderr)
     return 0
 
 
