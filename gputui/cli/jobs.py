@@ -89,12 +89,14 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
     local: Path | None = args.local_path
     link = await services.link(inst)
     bar = _Bar(f"{direction} {inst.name}", not args.json)
+    args.dry_run = getattr(args, "dry_run", False)
     try:
         if direction == "push":
             assert local is not None
             remote = args.remote or f"~/{local.name}"
-            summary = await push(link, local, remote, checksum=args.checksum, progress=bar)
-            if args.local_is_dir:
+            summary = await push(link, local, remote, checksum=args.checksum,
+                                 progress=None if args.dry_run else bar, dry_run=args.dry_run)
+            if args.local_is_dir and not args.dry_run:
                 from gputui.services.pushes import record_push
 
                 record_push(services, inst.id, remote)
@@ -107,7 +109,19 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
         bar.done()
     if args.json:
         print_json(summary.as_dict())
+    elif getattr(summary, "dry_run", False):
+        for source, dest in zip(summary.sources, summary.paths, strict=False):
+            print(sanitize(_("would send {source} -> {dest}").format(source=source, dest=dest),
+                           800))
+        if getattr(args, "verbose", False):
+            _print_ignored(summary)
+        print(sanitize(_("dry run: {files} files, {size} would move to {target}; {skipped} "
+                         "unchanged, {ignored} ignored; nothing was sent").format(
+            files=summary.files, size=_human_bytes(summary.bytes), target=summary.target,
+            skipped=summary.skipped, ignored=summary.ignored), 400))
     else:
+        if getattr(args, "verbose", False):
+            _print_ignored(summary)
         print(sanitize(_summary_line(summary), 400))
     missing = getattr(summary, "not_copied", [])
     for path, why in missing:  # what was asked for and did not come: one line each, and exit 1
@@ -122,6 +136,21 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
                 count=len(missing), name=inst.name), file=sys.stderr)
         return EXIT_ERROR
     return 0
+
+
+def _print_ignored(summary: Any) -> None:
+    """What the ignore rules (.gputuiignore, .gitignore, the fixed names) left out."""
+    from gputui.nvidia.nvsmi import sanitize
+
+    for path in summary.ignored_paths:
+        print(sanitize(_("ignored {path}").format(path=path), 800))
+    if summary.ignored_paths:
+        from gputui.remote.transfer import ALWAYS_IGNORED
+
+        never = ", ".join(ALWAYS_IGNORED)
+        print(_("(left out by {file} and the names never sent: {names})").format(
+            file=summary.ignore_file, names=never) if summary.ignore_file else
+            _("(left out: the names never sent: {names})").format(names=never))
 
 
 def cmd_push(args: argparse.Namespace) -> int:
@@ -457,8 +486,10 @@ async def _when_done(services: Any, args: argparse.Namespace) -> int:
                     "outcome": outcome})
     else:
         what = {"release": _("released"), "stop": _("stopped"), "keep": _("kept")}[rec.policy]
-        pull = _("; {paths} pulled first").format(
-            paths=", ".join(sanitize(p["remote"], 300) for p in rec.pulls)) if rec.pulls else ""
+        pull = _("; {paths} pulled first").format(paths=", ".join(
+            _("{remote} to {local}").format(remote=sanitize(p["remote"], 300),
+                                            local=sanitize(p["local"], 600))
+            for p in rec.pulls)) if rec.pulls else ""
         print(_("{name}: when its queue ends it is {what}").format(name=inst.name, what=what)
               + pull + (_(" — done now: {outcome}").format(outcome=outcome) if outcome else ""))
     return 0
@@ -512,6 +543,9 @@ async def _rent(services: Any, args: argparse.Namespace) -> Any:
     inst = await services.create(args.provider, offer, request, lease=lease,
                                  progress=lambda m: print(f"  {name}: {m}", file=sys.stderr))
     await session_leases(services).arm(inst)
+    from gputui.cli.output import rent_terms
+
+    print(rent_terms(inst, services.store.get_lease_sync(inst.id)), file=sys.stderr)
     return inst
 
 
@@ -647,6 +681,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("remote", nargs="?", help=_("where on the instance (default: ~/<name of LOCAL>)"))
     s.add_argument("--checksum", action="store_true", help=_("compare SHA-256, not size and time"))
     s.add_argument("--json", action="store_true", help=_("print a JSON summary"))
+    s.add_argument("--verbose", "-v", action="store_true",
+                   help=_("also name each file or folder the ignore rules left out"))
+    s.add_argument("--dry-run", action="store_true",
+                   help=_("list what would be sent, and send nothing"))
     s.set_defaults(handler=cmd_push)
 
     s = sub.add_parser("pull", help=_("bring files home from an instance (only what changed)"))

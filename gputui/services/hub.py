@@ -613,7 +613,7 @@ class Services:
             if fresh.status != InstanceStatus.RELEASING:  # (a retry: kept the first time)
                 # its runs and their last lines, kept here before the disk goes: bounded in
                 # time, never raising; the release goes ahead whatever happens
-                from gputui.services.run_records import keep_before_release
+                from gputui.services.run_keep import keep_before_release
 
                 await keep_before_release(self, fresh)
             return await self._release(fresh, reason, attempts=attempts, backoff=backoff)

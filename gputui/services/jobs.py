@@ -490,7 +490,7 @@ class JobService:
             from gputui.services.arming import LeaseArmer
 
             await LeaseArmer(self.services).arm(inst)
-        from gputui.services.run_records import note_queue
+        from gputui.services.run_keep import note_queue
 
         note_queue(self.services, inst)  # its runs are kept here when it ends or is released
         return [str(i) for i in out.get("ids", [])]
@@ -516,7 +516,7 @@ class JobService:
         view.jobs = [job_from_runner(r, inst, secrets) for r in data.get("runs", [])
                      if isinstance(r, dict)]
         await asyncio.to_thread(self._record_costs, inst, view)
-        from gputui.services.run_records import keep_at_queue_end, note_runs
+        from gputui.services.run_keep import keep_at_queue_end, note_runs
 
         await asyncio.to_thread(note_runs, self.services, inst, view)  # they outlive it
         if view.finished:  # the queue's end: its runs and their last lines are kept here

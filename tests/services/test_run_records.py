@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gputui.models import InstanceStatus
-from gputui.services import run_records
+from gputui.services import run_keep, run_records
 from gputui.services.hub import Services
 from gputui.services.jobs import JobService, JobSpec
 from tests.services.test_jobs import rent
@@ -35,8 +35,8 @@ async def test_an_instance_that_does_not_answer_is_released_and_the_record_says_
     async def refuse(*_a: object) -> dict:
         raise ConnectionRefusedError("Connection refused")
 
-    monkeypatch.setattr(run_records, "_fetch", hang if fault == "hangs" else refuse)
-    monkeypatch.setattr(run_records, "KEEP_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(run_keep, "_fetch", hang if fault == "hangs" else refuse)
+    monkeypatch.setattr(run_keep, "KEEP_TIMEOUT_S", 1.0)
     started = time.monotonic()
     entry = await services.release(inst, "timer")
     assert time.monotonic() - started < 8
@@ -62,6 +62,6 @@ async def test_a_release_with_no_runs_queued_reads_nothing(services: Services,
     async def fail(*_a: object) -> dict:
         raise AssertionError("read an instance with no queue")
 
-    monkeypatch.setattr(run_records, "_fetch", fail)
+    monkeypatch.setattr(run_keep, "_fetch", fail)
     assert await services.release(inst, "manual") is not None
     assert run_records.load_record(services, inst.id) is None
