@@ -61,6 +61,11 @@ def test_runs_and_their_last_lines_are_read_the_morning_after_release(gputui_hom
     assert "1 succeeded, 2 failed" in text
     assert "the last 200 lines of each run's log were kept at the release" in text
 
+    zh = gputui(gputui_home, "--lang", "zh", "jobs", "night")
+    assert "night 已于" in zh.stdout and "释放时" in zh.stdout and "最后 200 行" in zh.stdout
+    zh_log = gputui(gputui_home, "--lang", "zh", "jobs", "night", "log", "2")
+    assert "任务 2：没有输出；退出码 3" in zh_log.stderr
+
     data = json.loads(gputui(gputui_home, "jobs", "night", "--json").stdout)
     assert [r["exit_code"] for r in data] == [0, 3, 7]
     assert all(r["cost"] is not None and r["seconds"] is not None for r in data)
