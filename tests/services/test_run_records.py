@@ -65,3 +65,31 @@ async def test_a_release_with_no_runs_queued_reads_nothing(services: Services,
     monkeypatch.setattr(run_keep, "_fetch", fail)
     assert await services.release(inst, "manual") is not None
     assert run_records.load_record(services, inst.id) is None
+
+
+def test_the_runner_bounds_what_it_hands_over_per_run_and_per_instance(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    """At most N lines and B bytes of each run's log, T bytes in all, newest runs first: an
+    older run over the instance's cap says its log was not kept, never a half line."""
+    import json
+
+    from gputui.services import jobs_runner
+
+    runs = tmp_path / "runs"
+    for job_id, text in ((1, "old\n" * 10), (2, "x" * 90 + "\n" + "y" * 50 + "\n"),
+                         (3, "".join(f"line {i}\n" for i in range(500)))):
+        d = runs / str(job_id)
+        d.mkdir(parents=True)
+        (d / "spec.json").write_text(json.dumps({"command": "true"}))
+        (d / "state.json").write_text(json.dumps({"status": "succeeded", "exit_code": 0}))
+        (d / "log").write_text(text)
+    monkeypatch.setattr(jobs_runner, "RUNS", str(runs))
+    assert jobs_runner.cmd_records(200, 100, 3000) == 0
+    got = json.loads(capsys.readouterr().out)["tails"]
+    assert got["3"]["lines"] == [f"line {i}" for i in range(300, 500)][-len(got["3"]["lines"]):]
+    assert got["3"]["cut"] and sum(len(x) + 1 for x in got["3"]["lines"]) <= 100
+    assert got["2"] == {"lines": ["y" * 50], "cut": True}  # the 90-byte line would not fit
+    assert jobs_runner.cmd_records(200, 64 * 1024, 1800) == 0  # run 3's 200 lines: 1800 bytes
+    got = json.loads(capsys.readouterr().out)["tails"]
+    assert len(got["3"]["lines"]) == 200 and got["3"]["lines"][-1] == "line 499"
+    assert got["2"] == got["1"] == {"lines": [], "cut": True, "over_cap": True}
