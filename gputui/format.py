@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 from gputui.errors import BadInput
@@ -14,7 +15,7 @@ from gputui.i18n import N_, Deferred, _, current_language, shown
 from gputui.sanitize import has_control
 
 __all__ = ["CURRENCY_SYMBOLS", "check_label", "default_label", "end_reason_text", "fit_name",
-           "format_gib", "format_money", "format_remaining", "round_money", "short_gpu",
+           "format_gib", "format_money", "format_remaining", "local_clock", "round_money", "short_gpu",
            "status_text", "status_word", "end_reason_word", "stored_text", "sum_as_shown"]
 
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "CNY": "¥", "GBP": "£"}
@@ -83,6 +84,14 @@ def format_remaining(seconds: float | None) -> str:
     if h:
         return _("{h}h {m:02d}m").format(h=h, m=m)
     return _("{m}m {s:02d}s").format(m=m, s=s)
+
+
+def local_clock(at: datetime, now: datetime | None = None) -> str:
+    """A moment in local time as a person reads it: `14:30` today, `2025-06-04 14:30` on any
+    other day."""
+    local = at.astimezone()
+    today = (now or datetime.now(UTC)).astimezone().date()
+    return f"{local:%H:%M}" if local.date() == today else f"{local:%Y-%m-%d %H:%M}"
 
 
 def format_elapsed(seconds: float | None) -> str:

@@ -12,6 +12,7 @@ from gputui.cli.output import (
     open_store,
     print_json,
     refresh_quietly,
+    rent_terms,
     report_unreadable,
     run_async,
     status_text,
@@ -113,6 +114,7 @@ def cmd_create(args: argparse.Namespace) -> int:
                     "`gputui ssh {name}`").format(name=inst.name, count=inst.gpu_count,
                                                   gpu=inst.gpu, provider=args.provider,
                                                   status=status_text(view["status"])))
+            print(rent_terms(inst, services.store.get_lease_sync(inst.id)))
         return 0
 
     return run_async(args, body)

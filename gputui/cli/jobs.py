@@ -94,6 +94,7 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
     local: Path | None = args.local_path
     link = await services.link(inst)
     bar = _Bar(f"{_(DIRECTIONS[direction])} {inst.name}", not args.json)
+    args.dry_run = getattr(args, "dry_run", False)
     try:
         if direction == "push":
             assert local is not None
@@ -101,8 +102,9 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
 
             # AutoDL: on the data disk (~/autodl-tmp/<name>), not the 30 GB system disk
             remote = args.remote or default_remote(services, inst, local.name)
-            summary = await push(link, local, remote, checksum=args.checksum, progress=bar)
-            if args.local_is_dir:
+            summary = await push(link, local, remote, checksum=args.checksum,
+                                 progress=None if args.dry_run else bar, dry_run=args.dry_run)
+            if args.local_is_dir and not args.dry_run:
                 from gputui.services.pushes import record_push
 
                 record_push(services, inst.id, remote)
@@ -115,7 +117,19 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
         bar.done()
     if args.json:
         print_json(summary.as_dict())
+    elif getattr(summary, "dry_run", False):
+        for source, dest in zip(summary.sources, summary.paths, strict=False):
+            print(sanitize(_("would send {source} -> {dest}").format(source=source, dest=dest),
+                           800))
+        if getattr(args, "verbose", False):
+            _print_ignored(summary)
+        print(sanitize(_("dry run: {files} files, {size} would move to {target}; {skipped} "
+                         "unchanged, {ignored} ignored; nothing was sent").format(
+            files=summary.files, size=_human_bytes(summary.bytes), target=summary.target,
+            skipped=summary.skipped, ignored=summary.ignored), 400))
     else:
+        if getattr(args, "verbose", False):
+            _print_ignored(summary)
         print(sanitize(_summary_line(summary), 400))
     missing = getattr(summary, "not_copied", [])
     for path, why in missing:  # what was asked for and did not come: one line each, and exit 1
@@ -130,6 +144,21 @@ async def _transfer(services: Any, args: argparse.Namespace, direction: str) -> 
                 count=len(missing), name=inst.name), file=sys.stderr)
         return EXIT_ERROR
     return 0
+
+
+def _print_ignored(summary: Any) -> None:
+    """What the ignore rules (.gputuiignore, .gitignore, the fixed names) left out."""
+    from gputui.nvidia.nvsmi import sanitize
+
+    for path in summary.ignored_paths:
+        print(sanitize(_("ignored {path}").format(path=path), 800))
+    if summary.ignored_paths:
+        from gputui.remote.transfer import ALWAYS_IGNORED
+
+        never = ", ".join(ALWAYS_IGNORED)
+        print(_("(left out by {file} and the names never sent: {names})").format(
+            file=summary.ignore_file, names=never) if summary.ignore_file else
+            _("(left out: the names never sent: {names})").format(names=never))
 
 
 def cmd_push(args: argparse.Namespace) -> int:
@@ -226,9 +255,63 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return run_async(args, lambda services: _JOB_ACTIONS[action](services, args))
 
 
+def _any(services: Any, name: str) -> Any:
+    """An instance by name or id, live or gone: the latest of several gone by one name."""
+    from gputui.errors import NotFound
+
+    try:
+        return services.store.find_instance_sync(name)
+    except NotFound:
+        gone = [i for i in services.store.instances_sync() if i.name == name
+                and not i.status.live]
+        if len(gone) < 2 or any(i.name == name and i.status.live
+                                for i in services.store.instances_sync()):
+            raise
+        return max(gone, key=lambda i: i.ended_at or i.created_at)
+
+
+def _released(services: Any, name: str) -> tuple[Any, Any, Any] | None:
+    """(instance, its runs as kept here, the record) for an instance that is gone; None for a
+    live one. An instance gone with no runs kept is one line, exit 1."""
+    from gputui.services.run_records import released_view
+
+    inst = _any(services, name)
+    if inst.status.live:
+        return None
+    view, rec = released_view(services, inst)
+    if not view.jobs:
+        raise CommandError(_("{name} is {status}, and no runs of it were kept here").format(
+            name=inst.name, status=status_text(inst.status)))
+    return inst, view, rec
+
+
+def _gone_line(inst: Any) -> str:
+    from gputui.format import local_clock
+
+    if inst.ended_at is None:
+        return _("{name} is {status}; its runs as kept here:").format(
+            name=inst.name, status=status_text(inst.status))
+    return _("{name} was {status} at {time}; its runs as kept here:").format(
+        name=inst.name, status=status_text(inst.status), time=local_clock(inst.ended_at))
+
+
 async def _list(services: Any, args: argparse.Namespace) -> int:
     from gputui.services.jobs import JobService
 
+    gone = _released(services, args.name)
+    if gone is not None:
+        from gputui.services.run_records import record_note
+
+        inst, view, rec = gone
+        if args.json:
+            print_json([j.as_dict() for j in view.jobs])
+            return 0
+        print(_gone_line(inst))
+        print_table(view, inst)
+        print(record_note(rec, inst))
+        print(_("  `gputui jobs {name} log ID` prints a run's last lines").format(
+            name=inst.id if _ambiguous(services, inst) else inst.name))
+        return 0
     inst = _live(services, args.name)
     jobs = JobService(services)
     view = await jobs.view(inst)
@@ -311,16 +394,49 @@ async def _add(services: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _log(services: Any, args: argparse.Namespace) -> int:
-    from gputui.services.jobs import JobService
+def _ambiguous(services: Any, inst: Any) -> bool:
+    return sum(i.name == inst.name for i in services.store.instances_sync()) > 1
 
+
+async def _log(services: Any, args: argparse.Namespace) -> int:
+    from gputui.services.jobs import JobService, UnknownJob, _job_id
+    from gputui.services.run_records import TOTAL_BYTES, kept_tail, no_output
+
+    gone = _released(services, args.name)
+    if gone is not None:  # the copy kept here when its queue ended or it was released
+        inst, view, rec = gone
+        job = view.get(_job_id(args.job))
+        kept = kept_tail(rec, job.id)
+        if kept is None:
+            raise CommandError(_("{name}: no log of job {job_id} was kept here").format(
+                name=inst.name, job_id=job.id))
+        lines, cut, over_cap = kept
+        for line in lines[-args.lines:] if args.lines > 0 else []:
+            print(line)
+        if not lines:
+            print(_("job {job_id}: {what}").format(job_id=job.id, what=no_output(job))
+                  if not over_cap else
+                  _("job {job_id}: its log was not kept: the instance's logs were over the "
+                    "{size} kept").format(job_id=job.id, size=_human_bytes(TOTAL_BYTES)),
+                  file=sys.stderr)
+        elif cut:
+            print(_("(the last lines only: the log was longer)"), file=sys.stderr)
+        return 0
     inst = _live(services, args.name)
     jobs = JobService(services)
     if args.follow:
         await jobs.follow(inst, args.job, lambda line: print(line, flush=True))
-    else:
-        for line in await jobs.log_tail(inst, args.job, args.lines):
-            print(line)
+        return 0
+    lines = await jobs.log_tail(inst, args.job, args.lines)
+    for line in lines:
+        print(line)
+    if not lines:  # a run that printed nothing says so, and how it ended
+        try:
+            job = (await jobs.view(inst)).get(_job_id(args.job))
+        except UnknownJob:
+            return 0
+        print(_("job {job_id}: {what}").format(job_id=job.id, what=no_output(job)),
+              file=sys.stderr)
     return 0
 
 
@@ -378,8 +494,10 @@ async def _when_done(services: Any, args: argparse.Namespace) -> int:
                     "outcome": outcome})
     else:
         what = {"release": _("released"), "stop": _("stopped"), "keep": _("kept")}[rec.policy]
-        pull = _("; {paths} pulled first").format(
-            paths=", ".join(sanitize(p["remote"], 300) for p in rec.pulls)) if rec.pulls else ""
+        pull = _("; {paths} pulled first").format(paths=", ".join(
+            _("{remote} to {local}").format(remote=sanitize(p["remote"], 300),
+                                            local=sanitize(p["local"], 600))
+            for p in rec.pulls)) if rec.pulls else ""
         print(_("{name}: when its queue ends it is {what}").format(name=inst.name, what=what)
               + pull + (_(" — done now: {outcome}").format(outcome=outcome) if outcome else ""))
     return 0
@@ -433,6 +551,9 @@ async def _rent(services: Any, args: argparse.Namespace) -> Any:
     inst = await services.create(args.provider, offer, request, lease=lease,
                                  progress=lambda m: print(f"  {name}: {m}", file=sys.stderr))
     await session_leases(services).arm(inst)
+    from gputui.cli.output import rent_terms
+
+    print(rent_terms(inst, services.store.get_lease_sync(inst.id)), file=sys.stderr)
     return inst
 
 
@@ -573,6 +694,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                "/root/autodl-tmp/<name of LOCAL>)"))
     s.add_argument("--checksum", action="store_true", help=_("compare SHA-256, not size and time"))
     s.add_argument("--json", action="store_true", help=_("print a JSON summary"))
+    s.add_argument("--verbose", "-v", action="store_true",
+                   help=_("also name each file or folder the ignore rules left out"))
+    s.add_argument("--dry-run", action="store_true",
+                   help=_("list what would be sent, and send nothing"))
     s.set_defaults(handler=cmd_push)
 
     s = sub.add_parser("pull", help=_("bring files home from an instance (only what changed)"))

@@ -140,6 +140,24 @@ async def _settled(services: Services, inst: Instance) -> None:
               file=sys.stderr)
 
 
+def rent_terms(inst: object, lease: object) -> str:
+    """What a new rental costs and when it ends, in one line: `gpu-1: billing $0.69/h; released
+    at 16:30 (in 2h 00m) unless extended — gputui extend gpu-1 --by 1h`."""
+    from gputui.format import format_money, format_remaining, local_clock
+
+    billing = inst.billing  # type: ignore[attr-defined]
+    name = inst.name  # type: ignore[attr-defined]
+    price = format_money(billing.price_per_hour, billing.currency)
+    at = getattr(lease, "release_at", None) if lease is not None else None
+    if at is None or getattr(lease, "state", "active") != "active":
+        return _("{name}: billing {price}/h; no release time set — it bills until `gputui "
+                 "release {name}`").format(name=name, price=price)
+    return _("{name}: billing {price}/h; released at {time} (in {left}) unless extended — "
+             "`gputui extend {name} --by 1h`").format(
+        name=name, price=price, time=local_clock(at),
+        left=format_remaining(lease.remaining()))  # type: ignore[attr-defined]
+
+
 def report_unreadable(store: SessionStore) -> None:
     """Rows the store skipped because they cannot be read: one line each on stderr."""
     for message in store.unreadable.values():

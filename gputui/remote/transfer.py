@@ -104,6 +104,11 @@ class TransferSummary:
     skipped_links: int = 0
     # a pull: entries asked for that did not come home, (path under the source, why)
     not_copied: list[tuple[str, str]] = field(default_factory=list)
+    # a push: what the ignore rules left out (folders end in /), relative to the source
+    ignored_paths: list[str] = field(default_factory=list)
+    ignore_file: str | None = None  # a push: the folder's ignore file read (None: none)
+    dry_run: bool = False  # nothing was moved: `files`, `bytes` and `paths` are what would be
+    sources: list[str] = field(default_factory=list)  # a push: what moved (or would), by source
 
     def as_dict(self) -> dict[str, Any]:
         return {"direction": self.direction, "source": self.source, "target": self.target,
@@ -111,7 +116,8 @@ class TransferSummary:
                 "ignored": self.ignored, "resumed": self.resumed,
                 "links": self.links, "skipped_links": self.skipped_links,
                 "not_copied": [{"path": p, "why": str(why)} for p, why in self.not_copied],
-                "seconds": round(self.seconds, 3)}
+                "ignored_paths": list(self.ignored_paths), "dry_run": self.dry_run,
+                "paths": list(self.paths), "seconds": round(self.seconds, 3)}
 
 
 ProgressCallback = Callable[[TransferProgress], None]
@@ -389,8 +395,10 @@ class _Entry:
     link: str | None = None  # a pull: the entry is itself a link, to this target
 
 
-def _local_files(root: Path, rules: IgnoreRules | None) -> tuple[list[_Entry], int]:
-    """Files under `root` (or `root` itself), relative POSIX paths; and the count ignored."""
+def _local_files(root: Path, rules: IgnoreRules | None,
+                 left_out: list[str] | None = None) -> tuple[list[_Entry], int]:
+    """Files under `root` (or `root` itself), relative POSIX paths; and the count ignored (their
+    paths appended to `left_out`, folders ending in /)."""
     if root.is_file():
         st = root.stat()
         return [_Entry("", st.st_size, _mtime(st.st_mtime), st.st_mode & 0o777)], 0
@@ -403,6 +411,8 @@ def _local_files(root: Path, rules: IgnoreRules | None) -> tuple[list[_Entry], i
         for d in sorted(dirnames):
             if rules is not None and rules.ignored(base + d, True):
                 ignored += 1
+                if left_out is not None:
+                    left_out.append(base + d + "/")
             elif not os.path.islink(os.path.join(dirpath, d)):
                 keep.append(d)
         dirnames[:] = keep
@@ -411,6 +421,8 @@ def _local_files(root: Path, rules: IgnoreRules | None) -> tuple[list[_Entry], i
             full = os.path.join(dirpath, name)
             if rules is not None and rules.ignored(rel, False):
                 ignored += 1
+                if left_out is not None:
+                    left_out.append(rel)
                 continue
             try:
                 st = os.stat(full)
@@ -802,8 +814,10 @@ async def _run_all(jobs: list[Callable[[], Any]], mover: _Mover) -> None:
 # -- public ----------------------------------------------------------------------------------
 async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = False,
                progress: ProgressCallback | None = None, home: str | None = None,
-               ) -> TransferSummary:
-    """Send `local` (a file or folder) to `remote` on the instance; only what changed."""
+               dry_run: bool = False) -> TransferSummary:
+    """Send `local` (a file or folder) to `remote` on the instance; only what changed.
+    `dry_run`: only compare — the summary says what would move (`paths`, `files`, `bytes`);
+    nothing is written on the instance."""
     local = Path(local)
     if not local.exists():
         raise BadInput(Deferred(N_("{path}: no such file or folder"), path=local))
@@ -811,8 +825,11 @@ async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = F
     home = home or await remote_home(link)
     target = remote_relpath(remote, home)
     rules = IgnoreRules.for_folder(local) if local.is_dir() else None
-    files, ignored = await asyncio.to_thread(_local_files, local, rules)
-    summary = TransferSummary("push", str(local), target, ignored=ignored)
+    left_out: list[str] = []
+    files, ignored = await asyncio.to_thread(_local_files, local, rules, left_out)
+    summary = TransferSummary("push", str(local), target, ignored=ignored,
+                              ignored_paths=left_out, dry_run=dry_run,
+                              ignore_file=rules.source if rules is not None else None)
     totals = TransferProgress(len(files), sum(f.size for f in files))
     mover = _Mover(link, progress, summary, totals)
     try:
@@ -854,6 +871,13 @@ async def push(link: Link, local: Path | str, remote: str, *, checksum: bool = F
         summary.skipped = len(pairs) - len(changed)
         totals.files_total = len(changed)
         totals.bytes_total = sum(e.size for e, _s, _d in changed)
+        summary.sources = [e.rel or local.name for e, _s, _d in changed]
+        if dry_run:
+            summary.files = len(changed)
+            summary.bytes = totals.bytes_total
+            summary.paths = [d for _e, _s, d in changed]
+            summary.seconds = time.monotonic() - started
+            return summary
         mover.report(force=True)
         if not local.is_file():
             mover.made_dirs.update(posixpath.dirname(posixpath.join(target, e.rel))

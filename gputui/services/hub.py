@@ -628,6 +628,12 @@ class Services:
             fresh = await self.store.get_instance(inst.id)
             if fresh is None or not fresh.status.live:
                 return None
+            if fresh.status != InstanceStatus.RELEASING:  # (a retry: kept the first time)
+                # its runs and their last lines, kept here before the disk goes: bounded in
+                # time, never raising; the release goes ahead whatever happens
+                from gputui.services.run_keep import keep_before_release
+
+                await keep_before_release(self, fresh)
             return await self._release(fresh, reason, attempts=attempts, backoff=backoff)
         finally:
             await self.store.drop_claim(inst.id, self.claim_owner)

@@ -380,6 +380,34 @@ def run_cost(inst: Instance, job: Job) -> Decimal | None:
     return money(inst.billing.price_per_hour * share * Decimal(str(round(secs, 3))) / Decimal(3600))
 
 
+def job_from_runner(r: dict[str, Any], inst: Instance, secrets: list[str]) -> Job:
+    """A run as the runner on the instance reports it (`list`, `records`), cleaned and masked,
+    costed at the instance's rate."""
+    from gputui.sanitize import clean_masked
+
+    status = str(r.get("status") or "queued")
+    if status not in STATUSES:
+        status = "lost"
+    gpus = r.get("gpus")
+    if not isinstance(gpus, list) or not all(_whole(g) is not None for g in gpus):
+        gpus = None  # a record written by hand on the instance: shown, not trusted
+    job = Job(
+        id=str(r.get("id")), name=str(r.get("name") or ""),
+        command=clean_masked(r.get("command") or "", secrets, 200_000, lines=True),
+        status=status, cwd=str(r.get("cwd") or "") or None,
+        gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
+        retries=_whole(r.get("retries")) or 0, attempt=_whole(r.get("attempt")) or 1,
+        exit_code=_whole(r.get("exit_code")),
+        started_at=_time(r.get("started_at")), ended_at=_time(r.get("ended_at")),
+        gpu_util_avg=_num(r.get("gpu_util_avg")), gpu_mem_max_mib=_num(r.get("gpu_mem_max_mib")),
+        log=str(r.get("log") or ""),
+        error=str(r["error"]) if r.get("error") is not None else None,
+        currency=inst.billing.currency,
+    )
+    job.cost = run_cost(inst, job)
+    return job
+
+
 # -- the service ------------------------------------------------------------------------------
 _installed: dict[int, set[str]] = {}  # per links-pool id: instances whose runner is current
 _last_check: dict[str, float] = {}
@@ -468,6 +496,9 @@ class JobService:
             from gputui.services.arming import LeaseArmer
 
             await LeaseArmer(self.services).arm(inst)
+        from gputui.services.run_keep import note_queue
+
+        note_queue(self.services, inst)  # its runs are kept here when it ends or is released
         return [str(i) for i in out.get("ids", [])]
 
     async def view(self, inst: Instance) -> QueueView:
@@ -486,32 +517,16 @@ class JobService:
             view.poweroff_at = _time(end.get("poweroff_at"))
             view.poweroff_in_s = end.get("poweroff_in_s")
         from gputui.config import known_secrets
-        from gputui.sanitize import clean_masked
 
         secrets = known_secrets(self.services.config)  # a key typed into a command stays here
-        for r in data.get("runs", []):
-            status = str(r.get("status") or "queued")
-            if status not in STATUSES:
-                status = "lost"
-            gpus = r.get("gpus")
-            if not isinstance(gpus, list) or not all(_whole(g) is not None for g in gpus):
-                gpus = None  # a record written by hand on the instance: shown, not trusted
-            job = Job(
-                id=str(r.get("id")), name=str(r.get("name") or ""),
-                command=clean_masked(r.get("command") or "", secrets, 200_000, lines=True),
-                status=status, cwd=str(r.get("cwd") or "") or None,
-                gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
-                retries=_whole(r.get("retries")) or 0, attempt=_whole(r.get("attempt")) or 1,
-                exit_code=_whole(r.get("exit_code")),
-                started_at=_time(r.get("started_at")), ended_at=_time(r.get("ended_at")),
-                gpu_util_avg=_num(r.get("gpu_util_avg")), gpu_mem_max_mib=_num(r.get("gpu_mem_max_mib")),
-                log=str(r.get("log") or ""),
-                error=str(r["error"]) if r.get("error") is not None else None,
-                currency=inst.billing.currency,
-            )
-            job.cost = run_cost(inst, job)
-            view.jobs.append(job)
+        view.jobs = [job_from_runner(r, inst, secrets) for r in data.get("runs", [])
+                     if isinstance(r, dict)]
         await asyncio.to_thread(self._record_costs, inst, view)
+        from gputui.services.run_keep import keep_at_queue_end, note_runs
+
+        await asyncio.to_thread(note_runs, self.services, inst, view)  # they outlive it
+        if view.finished:  # the queue's end: its runs and their last lines are kept here
+            await keep_at_queue_end(self.services, inst, view)
         for observe in list(self.services.queue_observers):  # the console's toasts, Home's Queue
             observe(inst, view)
         return view

@@ -12,6 +12,9 @@ session, no terminal), so the queue goes on when the link drops or the laptop sl
     runner.py when-done      the policy as JSON on stdin
     runner.py follow ID [N]  the run's log from line N, until the run ends
     runner.py tail ID [N]    the run's last N lines
+    runner.py records N B T  every run (as list), and each run's last N lines (at most B bytes a
+                             run, T bytes in all, newest runs first): kept by gputui at the
+                             queue's end and before a release
     runner.py ensure         start the daemon unless it runs
     runner.py daemon         the loop (one at a time, by a lock)
 
@@ -412,6 +415,43 @@ def cmd_tail(job_id, n):
         lines.pop()
     for line in lines[-n:] if n > 0 else []:
         sys.stdout.buffer.write(line + b"\n")
+    return 0
+
+
+def _tail_bytes(path, n, limit):
+    """The last `n` lines of a file, at most `limit` bytes of them, and whether more was cut."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - limit - 1))
+            data = fh.read()
+    except OSError:
+        return [], False
+    cut = len(data) > limit
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if cut and lines:
+        lines = lines[1:]  # the first line, cut at `limit`: dropped whole
+    if len(lines) > n:
+        cut, lines = True, lines[-n:] if n > 0 else []
+    return [line.decode("utf-8", "replace") for line in lines], cut
+
+
+def cmd_records(n, per_run, total):
+    runs = all_runs()
+    tails = {}
+    left = total
+    for run in sorted(runs, key=lambda r: -int(r["id"])):
+        if left <= 0:
+            tails[run["id"]] = {"lines": [], "cut": True, "over_cap": True}
+            continue
+        lines, cut = _tail_bytes(run["log"], n, min(per_run, left))
+        left -= sum(len(line.encode("utf-8", "replace")) + 1 for line in lines)
+        tails[run["id"]] = {"lines": lines, "cut": cut}
+    json.dump({"version": VERSION, "now": now_iso(), "runs": runs,
+               "queue_end": read_json(QUEUE_END), "tails": tails}, sys.stdout)
     return 0
 
 
@@ -881,6 +921,8 @@ def main(argv):
         return cmd_when_done()
     if cmd == "tail" and rest:
         return cmd_tail(rest[0], int(rest[1]) if len(rest) > 1 else 200)
+    if cmd == "records" and len(rest) == 3 and all(a.isdigit() for a in rest):
+        return cmd_records(int(rest[0]), int(rest[1]), int(rest[2]))
     if cmd == "follow" and rest:
         return cmd_follow(rest[0], int(rest[1]) if len(rest) > 1 else 0)
     if cmd == "ensure":

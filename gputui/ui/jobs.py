@@ -45,6 +45,7 @@ NAME_CELLS = 22
 POLL_S = 2.0
 LOG_POLL_S = 1.0
 LOG_LINES = 200
+GONE_SHOWN = 10  # instances gone whose kept runs `i` goes through, the latest first
 
 
 def local_path(text: str) -> str:
@@ -163,14 +164,24 @@ class JobsScreen(BaseScreen):
         self._log_lines: list[str] = []
         self._status = _("loading…")
         self.instance: Instance | None = None
+        self._gone: tuple[Instance, Any] | None = None  # a released instance and its record
+        self._log_final: str | None = None
         self._pick_instance()
         self.poll()
         self.follow_log()
 
     # -- which instance -------------------------------------------------------------------------
     def _live(self) -> list[Instance]:
-        return [i for i in self.gapp.store.instances_sync(live_only=True)
-                if i.status.value in ("running", "booting", "stopped")]
+        """The instances whose queue can be shown: the live ones, then those gone whose runs
+        were kept here (the latest first)."""
+        from gputui.services.run_records import record_path
+
+        every = self.gapp.store.instances_sync()
+        live = [i for i in every if i.status.value in ("running", "booting", "stopped")]
+        gone = sorted((i for i in every if not i.status.live
+                       and record_path(self.gapp.services, i.id).exists()),
+                      key=lambda i: i.ended_at or i.created_at, reverse=True)
+        return live + gone[:GONE_SHOWN]
 
     def _pick_instance(self) -> None:
         live = self._live()
@@ -195,7 +206,9 @@ class JobsScreen(BaseScreen):
         self._shown.clear()
         self._jobs.clear()
         self._view = None
+        self._gone = None
         self._log_job = None
+        self._log_final = None
         self._log_lines = []
         self.query_one(RichLog).clear()
 
@@ -215,6 +228,14 @@ class JobsScreen(BaseScreen):
                 if fresh is not None and fresh.status.live:
                     self.instance = fresh
                     return
+                if fresh is not None and any(i.id == fresh.id for i in self._live()):
+                    # released while shown: its runs stay (the row chosen too), read from
+                    # the copy kept here from now on
+                    self.instance = fresh
+                    self._gone = None
+                    self._log_final = None
+                    self.poll()
+                    return
             self.instance = None
             self._pick_instance()
 
@@ -228,7 +249,15 @@ class JobsScreen(BaseScreen):
     async def poll(self) -> None:
         while True:
             inst = self.instance
-            if inst is not None and self.is_current:
+            if inst is not None and not inst.status.live:
+                if self._gone is None or self._gone[0] is not inst:
+                    from gputui.services.run_records import released_view
+
+                    view, rec = await asyncio.to_thread(released_view, self.gapp.services, inst)
+                    if inst is self.instance:
+                        self._gone = (inst, rec)
+                        self._show(view)
+            elif inst is not None and self.is_current:
                 try:
                     view = await self._service().view(inst)
                 except Exception as exc:  # a link down, the instance stopped: say so
@@ -287,6 +316,19 @@ class JobsScreen(BaseScreen):
             head.update(_("No running instance. Rent one with [b]n[/b]; queue runs here or "
                           "with `gputui jobs NAME add -- CMD`."))
             return
+        if not self.instance.status.live:  # gone: its runs as kept here, for reading
+            from gputui.format import local_clock
+            from gputui.services.run_records import record_note
+
+            inst = self.instance
+            when = (_(" at {time}").format(time=local_clock(inst.ended_at))
+                    if inst.ended_at else "")
+            rec = self._gone[1] if self._gone is not None else None
+            head.update(_("[b]{name}[/b] · {status}{when} · {counts}").format(
+                name=escape(inst.name), status=escape(status_text(inst.status)),
+                when=escape(when), counts=escape(self._status))
+                + "\n" + escape(record_note(rec, inst)))
+            return
         from gputui.services.jobs import held_now, when_done_label
 
         services, iid = self.gapp.services, self.instance.id
@@ -312,18 +354,22 @@ class JobsScreen(BaseScreen):
 
     def _select_log(self, job_id: str) -> None:
         self._log_job = job_id
+        self._log_final = None
         self._log_lines = []
         self.query_one(RichLog).clear()
 
     @work(exclusive=True, group="jobs-log", exit_on_error=False)
     async def follow_log(self) -> None:
-        """The selected run's last lines, refreshed while it runs (appended, not redrawn)."""
+        """The selected run's last lines, refreshed while it runs (appended, not redrawn); a
+        released instance's from the copy kept here."""
         while True:
             inst, job_id = self.instance, self._log_job
             job = self._jobs.get(job_id) if job_id else None
-            if inst is not None and job_id is not None and self.is_current:
-                fetched = job is not None and job.final and self._log_lines and \
-                    getattr(self, "_log_final", None) == job_id
+            if inst is not None and job_id is not None and not inst.status.live:
+                if self._log_final != job_id and self._gone is not None:
+                    self._kept_log(job_id, job)
+            elif inst is not None and job_id is not None and self.is_current:
+                fetched = job is not None and job.final and self._log_final == job_id
                 if not fetched:
                     try:
                         lines = await self._service().log_tail(inst, job_id, LOG_LINES)
@@ -333,7 +379,40 @@ class JobsScreen(BaseScreen):
                         self._append(lines)
                         if job is not None and job.final:
                             self._log_final = job_id
+                            if not self._log_lines:
+                                self._say_in_log(job)
             await asyncio.sleep(LOG_POLL_S)
+
+    def _say_in_log(self, job: Any) -> None:
+        """An empty log says so, and how the run ended: "no output; exit code 3"."""
+        from gputui.services.run_records import no_output
+
+        self.query_one(RichLog).write(Text(no_output(job), style="italic"))
+
+    def _kept_log(self, job_id: str, job: Any) -> None:
+        from gputui.services.run_records import TOTAL_BYTES, kept_tail
+
+        assert self._gone is not None
+        self._log_final = job_id
+        self.query_one(RichLog).clear()
+        self._log_lines = []
+        kept = kept_tail(self._gone[1], job_id)
+        if kept is None:
+            self.query_one(RichLog).write(Text(_("no log of this run was kept here"),
+                                               style="italic"))
+            return
+        lines, cut, over_cap = kept
+        if over_cap and not lines:
+            self.query_one(RichLog).write(Text(_(
+                "its log was not kept: the instance's logs were over the {size} kept").format(
+                size=f"{TOTAL_BYTES // (1024 * 1024)} MiB"), style="italic"))
+            return
+        if cut:
+            self.query_one(RichLog).write(Text(_("(the last lines only: the log was longer)"),
+                                               style="italic"))
+        self._append(lines)
+        if not lines and job is not None:
+            self._say_in_log(job)
 
     def _append(self, lines: list[str]) -> None:
         log = self.query_one(RichLog)
@@ -355,6 +434,12 @@ class JobsScreen(BaseScreen):
     def _need_instance(self) -> Instance | None:
         if self.instance is None:
             self.notify(_("No running instance."), severity="warning")
+        elif not self.instance.status.live:
+            self.notify(_("{name} is {status}: its runs are kept here to read; rent another "
+                          "to run more").format(name=self.instance.name,
+                                                status=status_text(self.instance.status)),
+                        severity="warning")
+            return None
         return self.instance
 
     def action_add(self) -> None:

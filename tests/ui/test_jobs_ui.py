@@ -252,3 +252,58 @@ async def test_results_that_never_appear_show_held_on_home_and_jobs(services: Se
         text = str(head.render())
         assert "r on Home releases it anyway" in text and "w here pulls another path" in text
         assert "(pull first)" not in text
+
+
+async def test_after_a_release_the_jobs_screen_still_shows_the_runs_and_their_logs(
+        services: Services):
+    """Released while shown (by the daemon, a timer): the rows stay — status, exit code, cost —
+    with the last lines of each run's log kept here; a failed run with no output says so."""
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("echo epoch 1; echo epoch 2; echo saved", name="train"),
+                          JobSpec("exit 3", name="eval")])
+    await jobs.wait(inst)
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the Jobs screen")
+        screen = app.screen
+        assert isinstance(screen, JobsScreen)
+        table = screen.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 2, "two runs shown")
+        await pilot.press("down")  # the failed run with no output says so while it is live
+        await until(pilot, lambda: "no output; exit code 3" in log_text(screen),
+                    "no output said (live)")
+
+        await services.release(inst, "idle")  # someone else releases it
+        await until(pilot, lambda: "released" in str(
+            screen.query_one("#jobs-head", Static).render()), "the head says released")
+        head = str(screen.query_one("#jobs-head", Static).render())
+        assert "sweep" in head and "1 succeeded" in head and "1 failed" in head
+        assert "the last 200 lines of each run's log were kept at the release" in head
+        assert table.row_count == 2
+        assert cell(table, "1", "status") == "succeeded" and cell(table, "1", "exit") == "0"
+        assert cell(table, "2", "status") == "failed" and cell(table, "2", "exit") == "3"
+        assert cell(table, "1", "cost").startswith("$") and cell(table, "2", "cost").startswith("$")
+        await until(pilot, lambda: "no output; exit code 3" in log_text(screen),
+                    "no output said (kept)")
+        await pilot.press("up")
+        await until(pilot, lambda: log_text(screen) == "epoch 1\nepoch 2\nsaved",
+                    "the kept log of run 1")
+        await pilot.press("a")  # nothing more can run there: said, not attempted
+        await until(pilot, lambda: any("kept here to read" in str(n.message)
+                                       for n in app._notifications), "read-only said")
+
+    # and the next morning, in a fresh console
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the Jobs screen")
+        screen = app.screen
+        table = screen.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 2
+                    and cell(table, "2", "status") == "failed", "the kept runs")
+        await until(pilot, lambda: log_text(screen) == "epoch 1\nepoch 2\nsaved",
+                    "the kept log of run 1")
