@@ -89,3 +89,37 @@ def sandbox_xml(tmp_path: Path, *, gpu_name: str = "NVIDIA GeForce RTX 4090", gp
         procs.append(ProcRecord(pid=4242, name="python train.py", kind="gpu-load",
                                 started_at=now - 600, gpus={0: GpuUse(load[0], load[1])}))
     return "\n".join(render_xml(Context(spec, list(spec.gpus), now, procs))) + "\n"
+
+
+def users() -> list[str]:
+    """The test files that reach ../shared: those importing this module, directly or through
+    another test module (tests/test_shared_access.py keeps every other test away from it). CI
+    runs them again from a copy of the tree with no ../shared beside it."""
+    import ast
+
+    tests = Path(__file__).resolve().parent
+    deps: dict[str, tuple[Path, set[str]]] = {}
+    for path in tests.rglob("*.py"):
+        name = ".".join(path.relative_to(tests.parent).with_suffix("").parts)
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests"):
+                found.add(node.module or "")
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("tests")}
+        deps[name] = (path, found)
+    reach = {"tests.shared"}
+    grew = True
+    while grew:
+        grew = False
+        for name, (_path, found) in deps.items():
+            if name not in reach and found & reach:
+                reach.add(name)
+                grew = True
+    files = {deps[n][0] for n in reach if deps[n][0].name.startswith("test_")}
+    files.add(tests / "test_shared_access.py")
+    return sorted(str(p.relative_to(tests.parent)) for p in files)
+
+
+if __name__ == "__main__":
+    print(" ".join(users()))

@@ -226,3 +226,49 @@ async def test_a_release_held_for_results_not_home_is_told_once(services, receiv
                                "are not home yet. It is still billing")
     await asyncio.sleep(0.2)
     assert len(receiver.messages) == 1
+
+
+async def test_with_the_console_closed_the_daemon_tells_each_event_once(services, receiver,
+                                                                      gputui_home: Path):
+    """The renter queued runs and walked away: no console, only `gputui daemon` (its URL from
+    GPUTUI_NOTIFY_URLS, run_failed asked for in config.toml). A failed run, the queue's end, the
+    deadline warning and the release each reach the receiver once, from the daemon."""
+    from gputui.services.daemon import daemon_status
+    from gputui.services.jobs import JobService, JobSpec
+    from tests.services.test_daemon import _until
+
+    (gputui_home / "config.toml").write_text("[notify]\nrun_failed = true\n", encoding="utf-8")
+    inst = await rent(services, "walked-away", release_in=timedelta(seconds=45))
+    await JobService(services).add(inst, [JobSpec("true", name="fine"),
+                                           JobSpec("exit 3", name="broken")])
+    await services.close()  # nothing of this process watches from here on
+    env = run_gputui_env(gputui_home)
+    env["GPUTUI_NOTIFY_URLS"] = receiver.url("ok")
+    log = gputui_home / "daemon.err"
+    with log.open("w") as err:
+        daemon = subprocess.Popen(  # noqa: ASYNC220 (started once; the test awaits its effects)
+            [*GPUTUI, "daemon", "--interval", "1"], stdout=err, stderr=err, env=env,
+            stdin=subprocess.DEVNULL)
+    try:
+        assert await _until(lambda: daemon_status(gputui_home) is not None, 60)
+
+        def kinds() -> set[str]:
+            from gputui.store import SessionStore
+
+            store = SessionStore(gputui_home / "state.db")
+            try:
+                return {r["kind"] for r in store.notifications_sync() if r["state"] == "sent"}
+            finally:
+                store.close()
+
+        want = {"run_failed", "queue_ended", "deadline_warning", "released"}
+        assert await _until(lambda: want <= kinds(), 150, step=1.0), (kinds(), log.read_text())
+    finally:
+        daemon.terminate()
+        await asyncio.to_thread(daemon.wait, 30)
+    titles = [line.removeprefix("• ") for m in receiver.messages
+              for line in (m.body.splitlines() if m.title.startswith("gputui: ") else [m.title])]
+    assert len(titles) == len(set(titles)), titles  # each once
+    assert any("broken" in t or "broken" in m.body for t in titles for m in receiver.messages)
+    assert any(t.endswith(" released") for t in titles), titles
+    assert "Traceback" not in log.read_text()

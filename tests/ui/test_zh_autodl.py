@@ -108,8 +108,10 @@ async def test_home_after_a_stop_in_chinese(services: Services, emu: AutoDLEmula
                     "the short wipe clock on Home")
         assert str(table.get_cell(inst.id, "rate")) == "-"  # its GPU rate is not billing
         assert str(table.get_cell(inst.id, "link")) == "-"  # no SSH to be 正常
-        # every column still on an 80-column screen
-        assert sum(c.get_render_width(table) for c in table.columns.values()) <= 80
+        # the stopped status does not push the essential columns (name to Queue) off 80 columns
+        widths = {c.key.value: c.get_render_width(table) for c in table.columns.values()}
+        assert sum(widths[k] for k in ("name", "gpu", "status", "release", "cost",
+                                       "queue")) <= 80, widths
         bar = _bar(app)
         assert "没有计费" in bar and "¥0.00/小时" not in bar and "台计费" not in bar, bar
         assert "余额 ¥" in bar and "没有计费中的实例" not in bar, bar
