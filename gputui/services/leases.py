@@ -445,23 +445,27 @@ class LeaseService(LeaseArmer):
         left = lease.remaining(now)
         if left is None:
             return
-        for minutes in self.warn_minutes:
-            if left <= minutes * 60 and minutes not in lease.warned:
-                def warned(le: Lease, m: int = minutes) -> Lease:
-                    return le.model_copy(update={"warned": sorted({*le.warned, m})})
+        crossed = [m for m in self.warn_minutes if left <= m * 60 and m not in lease.warned]
+        if not crossed:
+            return
+        # one warning, the most urgent: a deadline first seen 45 s away is not also "10 min"
+        # (every threshold crossed is marked, so the next tick does not warn again)
+        minutes = min(crossed)
 
-                await self.store.update_lease(inst.id, warned)
-                mins = max(1, math.ceil(left / 60))
-                from gputui.services.jobs import deadline_warning
+        def warned(le: Lease) -> Lease:
+            return le.model_copy(update={"warned": sorted({*le.warned, *crossed})})
 
-                # where the release waits for results that are not home, the warning says so
-                text = deadline_warning(self.services, inst, mins) or Deferred(N_(
-                    "{name} will be released in {mins} min — on Home, e extends 1 h, E 30 min"),
-                    name=inst.name, mins=mins)
-                self.store.notify(text, "warning", bell=True, instance_id=inst.id)
-                result.warned.append(inst.name)
-                self._tell_deadline(inst, lease, minutes, mins)
-                break
+        await self.store.update_lease(inst.id, warned)
+        mins = max(1, math.ceil(left / 60))
+        from gputui.services.jobs import deadline_warning
+
+        # where the release waits for results that are not home, the warning says so
+        text = deadline_warning(self.services, inst, mins) or Deferred(N_(
+            "{name} will be released in {mins} min — on Home, e extends 1 h, E 30 min"),
+            name=inst.name, mins=mins)
+        self.store.notify(text, "warning", bell=True, instance_id=inst.id)
+        result.warned.append(inst.name)
+        self._tell_deadline(inst, lease, minutes, mins)
 
     def _tell_deadline(self, inst: Instance, lease: Lease, minutes: int, mins: int) -> None:
         """The deadline warning to the renter's phone, naming results asked for that are not
