@@ -346,7 +346,9 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             raise _fail(exc) from None
         return [{"provider": o.provider, "offer_id": o.offer_id, "gpu": o.gpu,
                  "gpu_count": o.gpu_count, "vram_gb": o.vram_gb,
-                 "price_per_gpu_hour": str(o.price_per_gpu_hour),
+                 # an unknown price is null, never "0" (it is read once the instance exists)
+                 "price_per_gpu_hour": str(o.price_per_gpu_hour) if o.price_known else None,
+                 "price_known": o.price_known,
                  "currency": o.billing.currency, "billing": o.billing.granularity.value,
                  "region": o.region, "available": o.available} for o in found]
 
@@ -412,6 +414,9 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             raise bad(f"{err['loc'][0]}: {err['msg'].lower()}") from None
         except GputuiError as exc:
             raise _fail(exc) from None
+        if not offer.price_known and confirm is not True:
+            raise bad(f"{gpus}× {offer.gpu} at {provider}: its price is not known until it is "
+                      "created: call again with confirm: true")
         spend = offer.billing.model_copy(update={
             "price_per_hour": offer.price_per_gpu_hour * gpus}).compute_cost(
             delta.total_seconds())

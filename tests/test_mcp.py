@@ -30,10 +30,10 @@ def _prepare(home: Path, config: str | None) -> None:
 
 
 @asynccontextmanager
-async def agent(home: Path, config: str | None = None):
+async def agent(home: Path, config: str | None = None, env_extra: dict | None = None):
     _prepare(home, config)
     env = {"GPUTUI_HOME": str(home), "PYTHONPATH": str(REPO),
-           "PATH": os.environ.get("PATH", "")}
+           "PATH": os.environ.get("PATH", ""), **(env_extra or {})}
     params = StdioServerParameters(command=sys.executable, args=["-m", "gputui", "mcp"],
                                    env=env, cwd=str(home))
     with (home / "mcp.err").open("w") as errlog:
@@ -602,3 +602,26 @@ async def test_only_json_true_confirms(gputui_home: Path):
         gone = data(await session.call_tool("release", {"name": "sure", "confirm": True}))
         assert gone["released"]
     assert instances(gputui_home) == []
+
+
+async def test_an_unknown_price_is_null_and_renting_it_needs_confirm(gputui_home: Path,
+                                                                    tmp_path: Path):
+    """AutoDL's 4090D has no sourced price: `offers` said "0" and `create` spent "0" without a
+    question. The price reads null (price_known false) and renting it needs confirm: true."""
+    from tests.providers.autodl_emulator import AutoDLEmulator
+    from tests.providers.test_autodl_cli import TEST_TOKEN
+
+    async with AutoDLEmulator(ssh_root=tmp_path / "boxes", creating_s=0.1, starting_s=0.1,
+                              ssh_delay=0.2, shutting_s=0.1) as emu:
+        env = {"AUTODL_TOKEN": TEST_TOKEN, "AUTODL_API_BASE": emu.base_url}
+        async with agent(gputui_home, env_extra=env) as session:
+            offers = data(await session.call_tool("offers", {"provider": "autodl"}))
+            d = next(o for o in offers if "4090 D" in o["gpu"] or "4090D" in o["gpu"])
+            assert d["price_known"] is False and d["price_per_gpu_hour"] is None, d
+            assert all(o["price_per_gpu_hour"] != "0" for o in offers), offers
+            with pytest.raises(MCPError) as caught:
+                await session.call_tool("create", {"provider": "autodl", "gpu": d["gpu"],
+                                                   "release_after": "10m"})
+            assert "price is not known" in caught.value.message
+            assert "confirm: true" in caught.value.message
+        assert instances(gputui_home) == []
