@@ -226,7 +226,7 @@ def print_table(view: Any, inst: Any, lease: Any = None) -> None:
 def summary_text(view: Any, inst: Any, lease: Any = None) -> str:
     from decimal import Decimal
 
-    from gputui.format import format_money
+    from gputui.format import format_small_money
     from gputui.models import money
 
     counts = view.counts()
@@ -235,7 +235,7 @@ def summary_text(view: Any, inst: Any, lease: Any = None) -> str:
     ended = (_("queue ended at {time}").format(time=f"{view.ended_at.astimezone():%H:%M}")
              if view.ended_at else _("queue ended"))
     text = _("{ended}: {counts}; the runs cost {total} (part of {name}'s cost)").format(
-        ended=ended, counts=_(", ").join(parts), total=format_money(total, inst.billing.currency),
+        ended=ended, counts=_(", ").join(parts), total=format_small_money(total, inst.billing.currency),
         name=inst.name)
     if view.poweroff_at is not None:  # the queue's end scheduled a power-off...
         from gputui.services.jobs import armed_poweroff
