@@ -42,6 +42,7 @@ from gputui.providers.base import (
     Provider,
     ProviderContext,
     ProviderError,
+    QueueHost,
     UnknownInstance,
 )
 
@@ -85,6 +86,7 @@ class JobView:
     end: datetime | None
     time_limit: str
     nodes: str
+    node_count: int = 1
 
 
 def _slurm_time(text: str) -> datetime | None:
@@ -103,7 +105,8 @@ def parse_squeue(text: str) -> JobView | None:
         if len(parts) >= 8 and parts[0].strip():
             return JobView(parts[0].strip(), parts[1].strip().split()[0] if parts[1].strip()
                            else "", parts[2].strip(), _slurm_time(parts[3]),
-                           _slurm_time(parts[4]), parts[5].strip(), parts[7].strip())
+                           _slurm_time(parts[4]), parts[5].strip(), parts[7].strip(),
+                           int(parts[6]) if parts[6].strip().isdigit() else 1)
     return None
 
 
@@ -188,6 +191,7 @@ class SlurmProvider(Provider):
     def __init__(self, ctx: ProviderContext) -> None:
         self.ctx = ctx
         self.clusters: dict[str, SlurmClusterSettings] = dict(ctx.config.providers.slurm)
+        self._node_counts: dict[str, int] = {}  # job -> its allocation's nodes (fixed once run)
 
     # -- the login node ------------------------------------------------------------------------
 
@@ -463,6 +467,36 @@ class SlurmProvider(Provider):
         """The cluster's login node; each command runs in the allocation's first node."""
         cluster, job = self._job(instance)
         return self.login_endpoint(cluster), {"command_wrapper": in_allocation(job)}
+
+    async def queue_host(self, instance: Instance) -> QueueHost | None:
+        """Jobs go through Slurm: the queue runner lives on the login node, in the shared home
+        (`~/.gputui/slurm/CLUSTER/JOB-ID`: job ids start again on a new cluster), and starts
+        each run as a job step of the allocation
+        (`srun --jobid=JOB`, no `--overlap`): Slurm binds its GPUs (`--gres`, setting
+        CUDA_VISIBLE_DEVICES), holds it while the allocation's resources are taken, and its exit
+        code is the step's. A run on every GPU is one task a node on every node of the
+        allocation; a run with `--gpus` asks for that many GPUs on one node."""
+        cluster, job = self._job(instance)
+        _name, cfg = self._cluster(cluster)
+        nodes = self._node_counts.get(job)
+        if nodes is None:
+            view = await self.job_view(cluster, job)
+            if view is None or view.state not in RUNNING_STATES:
+                raise ProviderError(Deferred(N_(
+                    "slurm {cluster}: job {job} is not running ({state}): its runs cannot start"),
+                    cluster=cluster, job=job, state=view.state if view else "gone"))
+            nodes = self._node_counts[job] = max(1, view.node_count)
+        kind = (instance.offer_id or "").split(":")[-1] if (instance.offer_id or "").startswith(
+            "slurm:") else "gpu"
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", cluster)
+        return QueueHost(link=self._login_link(cluster), folder=f".gputui/slurm/{safe}/{job}-{instance.id}",
+                         launch={"argv": ["srun", f"--jobid={job}", "--kill-on-bad-exit=1"],
+                                 "nodes": nodes,
+                                 "gpus_per_node": max(1, instance.gpu_count // nodes),
+                                 "gres": kind if kind != "gpu" else None,
+                                 "cpus_per_gpu": cfg.cpus_per_gpu,
+                                 "mem_per_gpu_mb": cfg.mem_per_gpu_mb,
+                                 "name": "gputui-run-"})
 
     async def live_price(self, instance: Instance) -> Decimal | None:
         cluster, _job = self._job(instance)
