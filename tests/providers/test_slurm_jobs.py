@@ -152,3 +152,39 @@ async def test_when_done_release_scancels_the_allocation_verified(slurm):
     assert ended.status == InstanceStatus.RELEASED and ended.end_reason == "done"
     entry = next(e for e in svc.store.ledger_sync() if e.instance_id == inst.id)
     assert entry.currency == "CNY" and entry.end_reason == "done"
+
+
+def test_gputui_run_rents_an_allocation_runs_a_step_and_releases(cluster, gputui_home: Path):
+    import json
+    import subprocess
+
+    from gputui.remote.hostkeys import KnownHosts
+    from tests.conftest import GPUTUI, run_gputui_env
+
+    made, login = cluster
+    gputui_home.mkdir(parents=True, exist_ok=True)
+    config = gputui_home / "config.toml"
+    config.write_text(f'[providers.slurm.{CLUSTER}]\nlogin = "{login.line()}"\n'
+                      f'price_per_gpu_hour = {PRICE}\ncurrency = "CNY"\ncpus_per_gpu = 1\n'
+                      'mem_per_gpu_mb = 256\n', encoding="utf-8")
+    config.chmod(0o600)
+    KnownHosts(gputui_home / "known_hosts").add("127.0.0.1", login.port, login.host_key)
+
+    def gputui(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*GPUTUI, *args], capture_output=True, text=True, timeout=180,
+                              env=run_gputui_env(gputui_home), stdin=subprocess.DEVNULL)
+
+    out = gputui("run", "--provider", "slurm", "--gpu", "h100", "--release-after", "10m",
+                 "--label", "probe", "--", "echo on step $SLURM_JOB_ID.$SLURM_STEP_ID; exit 3")
+    assert out.returncode == 3, out.stderr  # the step's exit code is the command's
+    [line] = [ln for ln in out.stdout.split("\n") if ln.startswith("on step ")]
+    job, step = line.removeprefix("on step ").split(".")
+    assert job.isdigit() and step.isdigit()
+    assert "job 1 failed (exit 3)" in out.stderr
+    [inst] = json.loads(gputui("instances", "--all", "--json").stdout)
+    assert inst["status"] == "released"  # rented for the run, released after it
+    assert made.run("squeue", "--states=all", "-h", "-j", job, "-o", "%T").stdout.strip() \
+        == "CANCELLED"
+    [cost] = json.loads(gputui("costs", "--runs", "--json").stdout)
+    assert (cost["label"], cost["status"], cost["exit_code"], cost["currency"]) == (
+        "probe", "failed", 3, "CNY")
