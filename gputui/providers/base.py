@@ -229,5 +229,12 @@ class Provider:
         them there."""
         return None
 
+    async def node_links(self, instance: Instance) -> list[tuple[str, Any]] | None:
+        """An instance spread over several machines (a multi-node Slurm allocation): one link
+        a machine, with the machine's name, in order, each running its commands on that machine;
+        the Monitor and `smi` read each one's GPUs through its own stream (the GPUs numbered on
+        from the machine before). Default None: one machine, the instance's one link."""
+        return None
+
     async def close(self) -> None:
         """Let go of anything held (HTTP clients, servers). Default: nothing held."""

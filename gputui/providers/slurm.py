@@ -192,6 +192,7 @@ class SlurmProvider(Provider):
         self.ctx = ctx
         self.clusters: dict[str, SlurmClusterSettings] = dict(ctx.config.providers.slurm)
         self._node_counts: dict[str, int] = {}  # job -> its allocation's nodes (fixed once run)
+        self._node_names: dict[str, list[str]] = {}  # job -> its nodes, in order
 
     # -- the login node ------------------------------------------------------------------------
 
@@ -466,7 +467,10 @@ class SlurmProvider(Provider):
     async def link_target(self, instance: Instance) -> tuple[SSHEndpoint | None, dict[str, Any]]:
         """The cluster's login node; each command runs in the allocation's first node."""
         cluster, job = self._job(instance)
-        return self.login_endpoint(cluster), {"command_wrapper": in_allocation(job)}
+        names = await self._nodes_of(cluster, job) if instance.status == InstanceStatus.RUNNING \
+            else None
+        first = names[0] if names and len(names) > 1 else None  # one node: Slurm's own choice
+        return self.login_endpoint(cluster), {"command_wrapper": in_allocation(job, first)}
 
     async def queue_host(self, instance: Instance) -> QueueHost | None:
         """Jobs go through Slurm: the queue runner lives on the login node, in the shared home
@@ -498,17 +502,49 @@ class SlurmProvider(Provider):
                                  "mem_per_gpu_mb": cfg.mem_per_gpu_mb,
                                  "name": "gputui-run-"})
 
+    async def _nodes_of(self, cluster: str, job: str) -> list[str] | None:
+        """The allocation's nodes in order (`scontrol show hostnames`), once it runs; None
+        while it does not."""
+        names = self._node_names.get(job)
+        if names is None:
+            view = await self.job_view(cluster, job)
+            if view is None or view.state not in RUNNING_STATES or not view.nodes:
+                return None
+            if view.node_count <= 1:
+                names = [view.nodes]
+            else:
+                status, out = await self._sh(
+                    cluster, f"scontrol show hostnames {shlex.quote(view.nodes)}")
+                if status != 0:
+                    raise self._refused(cluster, "scontrol show hostnames", out, status)
+                names = [n.strip() for n in out.splitlines() if n.strip()]
+            self._node_names[job] = names
+        return names
+
+    async def node_links(self, instance: Instance) -> list[tuple[str, Any]] | None:
+        """A multi-node allocation: one link a node (each command a step on that node,
+        `srun --nodelist=NODE --overlap`); None for one node."""
+        cluster, job = self._job(instance)
+        names = await self._nodes_of(cluster, job)
+        if names is None or len(names) <= 1:
+            return None
+        endpoint = self.login_endpoint(cluster)
+        return [(node, self.ctx.links.get(f"{instance.id}@{node}", endpoint, on_state=None,
+                                          command_wrapper=in_allocation(job, node)))
+                for node in names]
+
     async def live_price(self, instance: Instance) -> Decimal | None:
         cluster, _job = self._job(instance)
         return self._cluster(cluster)[1].price_per_gpu_hour * instance.gpu_count
 
 
-def in_allocation(job: str) -> Any:
-    """The command wrapper for an allocation: a job step on its first node, sharing its
-    resources (`--overlap`) and GPUs, in a shell."""
+def in_allocation(job: str, node: str | None = None) -> Any:
+    """The command wrapper for an allocation: a job step on its first node (or on `node`),
+    sharing its resources (`--overlap`) and GPUs, in a shell."""
+    where = f"--nodelist={shlex.quote(node)} " if node else ""
 
     def wrap(command: str) -> str:
-        return (f"srun --jobid={job} --overlap --nodes=1 --ntasks=1 --quiet "
+        return (f"srun --jobid={job} --overlap --nodes=1 --ntasks=1 {where}--quiet "
                 f"sh -c {shlex.quote(command)}")
 
     return wrap
