@@ -214,15 +214,41 @@ class SlurmProvider(Provider):
     async def _sh(self, cluster: str, command: str, *, timeout: float = 60) -> tuple[int, str]:
         """Run a Slurm command on the login node (times in UTC); (exit status, output).
         A link failure is a retryable ProviderError."""
+        from gputui.remote.hostkeys import UnknownHostKey
         from gputui.remote.ssh import SSHLayerError
 
         try:
             result = await self._login_link(cluster).run(f"TZ=UTC {command}", timeout=timeout)
+        except UnknownHostKey as exc:
+            raise ProviderError(Deferred(N_(
+                "slurm {cluster}: the login node {where} is not trusted yet (host key "
+                "{fingerprint}); check the fingerprint with the cluster's admins, then `gputui "
+                "slurm trust {cluster}`"), cluster=cluster, where=f"{exc.host}:{exc.port}",
+                fingerprint=exc.fingerprint)) from None
         except SSHLayerError as exc:
             raise ProviderError(Deferred(N_("slurm {cluster}: {error}"), cluster=cluster,
                                          error=str(exc)), retryable=True) from None
         status = result.exit_status if result.exit_status is not None else 255
         return status, (result.stdout or "") + (result.stderr or "")
+
+    async def login_key(self, cluster: str) -> tuple[str, str, Any]:
+        """The login node's host key, for a first-time trust: (where, SHA256 fingerprint, the
+        key to pin with `known_hosts.add`, or None when it is trusted already). A key that
+        differs from the one on file raises (HostKeyChanged: never accepted here)."""
+        from gputui.remote.hostkeys import UnknownHostKey, fingerprint
+        from gputui.remote.ssh import SSHLayerError
+
+        endpoint = self.login_endpoint(cluster)
+        where = f"{endpoint.user}@{endpoint.host}:{endpoint.port}"
+        try:
+            await self._login_link(cluster).run("true", timeout=30)
+        except UnknownHostKey as exc:
+            return where, exc.fingerprint, exc.key
+        except SSHLayerError as exc:
+            raise ProviderError(Deferred(N_("slurm {cluster}: {error}"), cluster=cluster,
+                                         error=str(exc))) from None
+        known = self.ctx.host_keys.host_keys(endpoint.host, endpoint.port)
+        return where, fingerprint(known[0]) if known else "", None
 
     def _refused(self, cluster: str, what: str, output: str, status: int) -> ProviderError:
         lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]

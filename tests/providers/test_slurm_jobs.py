@@ -70,6 +70,15 @@ async def _rent(svc: Services, count: int, name: str):
     return inst, inst.provider_id.partition(":")[2]
 
 
+def _write_config(home: Path, login: Login) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "config.toml"
+    config.write_text(f'[providers.slurm.{CLUSTER}]\nlogin = "{login.line()}"\n'
+                      f'price_per_gpu_hour = {PRICE}\ncurrency = "CNY"\ncpus_per_gpu = 1\n'
+                      'mem_per_gpu_mb = 256\n', encoding="utf-8")
+    config.chmod(0o600)
+
+
 def _steps(made: SlurmCluster) -> list[str]:
     """`squeue --steps`: `STEPID NAME` lines (the allocation's own batch step left out)."""
     out = made.run("squeue", "--steps", "-h", "-o", "%i %j").stdout.split("\n")
@@ -162,12 +171,7 @@ def test_gputui_run_rents_an_allocation_runs_a_step_and_releases(cluster, gputui
     from tests.conftest import GPUTUI, run_gputui_env
 
     made, login = cluster
-    gputui_home.mkdir(parents=True, exist_ok=True)
-    config = gputui_home / "config.toml"
-    config.write_text(f'[providers.slurm.{CLUSTER}]\nlogin = "{login.line()}"\n'
-                      f'price_per_gpu_hour = {PRICE}\ncurrency = "CNY"\ncpus_per_gpu = 1\n'
-                      'mem_per_gpu_mb = 256\n', encoding="utf-8")
-    config.chmod(0o600)
+    _write_config(gputui_home, login)
     KnownHosts(gputui_home / "known_hosts").add("127.0.0.1", login.port, login.host_key)
 
     def gputui(*args: str) -> subprocess.CompletedProcess[str]:
@@ -188,3 +192,53 @@ def test_gputui_run_rents_an_allocation_runs_a_step_and_releases(cluster, gputui
     [cost] = json.loads(gputui("costs", "--runs", "--json").stdout)
     assert (cost["label"], cost["status"], cost["exit_code"], cost["currency"]) == (
         "probe", "failed", 3, "CNY")
+
+
+def test_an_unknown_login_node_is_one_line_and_slurm_trust_pins_it(cluster,
+                                                                 gputui_home: Path):
+    import subprocess
+
+    from tests.conftest import GPUTUI, run_gputui_env
+
+    made, login = cluster
+    _write_config(gputui_home, login)
+
+    def gputui(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*GPUTUI, *args], capture_output=True, text=True, timeout=120,
+                              env=run_gputui_env(gputui_home), stdin=subprocess.DEVNULL)
+
+    rent = ("create", "--provider", "slurm", "--gpu", "h100", "--release-after", "1h",
+            "--name", "trusted", "--json")
+    # never seen: nothing is asked of the cluster, and the line says what to do
+    out = gputui(*rent)
+    assert out.returncode != 0
+    [line] = out.stderr.strip().split("\n")
+    assert f"slurm {CLUSTER}: the login node 127.0.0.1:{login.port} is not trusted yet " \
+        "(host key SHA256:" in line and f"`gputui slurm trust {CLUSTER}`" in line, line
+    assert "Traceback" not in out.stderr
+
+    # not a terminal and no --yes: the fingerprint is shown, nothing is pinned (exit 2)
+    out = gputui("slurm", "trust", CLUSTER)
+    assert out.returncode == 2, out.stderr
+    shown, refused = out.stderr.strip().split("\n")
+    fingerprint = shown.rpartition(" ")[2]
+    assert fingerprint.startswith("SHA256:")
+    assert f"root@127.0.0.1:{login.port}" in shown
+    assert refused.endswith(f"then run `gputui slurm trust {CLUSTER} --yes`")
+    known = gputui_home / "known_hosts"
+    assert not known.exists() or f":{login.port}]" not in known.read_text()
+
+    out = gputui("slurm", "trust", CLUSTER, "--yes")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith(f"is trusted ({fingerprint})")
+    assert f"[127.0.0.1]:{login.port} " in known.read_text()
+    again = gputui("slurm", "trust", CLUSTER)
+    assert again.returncode == 0 and "trusted already" in again.stdout
+    out = gputui(*rent)  # the cluster answers now
+    assert out.returncode == 0, out.stderr
+    assert gputui("release", "trusted").returncode == 0
+
+    out = gputui("slurm", "trust", "nope")
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("gputui: slurm trust: no cluster 'nope' in config.toml "
+                                  f"([providers.slurm.NAME]; configured: {CLUSTER})")
