@@ -44,6 +44,22 @@ def missing_reason() -> str | None:
 needs_slurm = pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or "")
 
 
+def two_nodes_reason() -> str | None:
+    """Why a second node (a slurmd in its own network namespace, joined by a veth pair)
+    cannot be started here, or None."""
+    if missing_reason() is not None:
+        return missing_reason()
+    for tool in ("ip", "nsenter"):
+        if _which(tool) is None:
+            return f"a second Slurm node needs `{tool}` (iproute2, util-linux)"
+    name = f"gtprobe{os.getpid() % 100000}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"a second Slurm node needs a network namespace: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -64,6 +80,7 @@ class SlurmCluster:
     conf: Path
     env: dict[str, str]
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    cleanup: list[list[str]] = field(default_factory=list)  # commands run after the daemons stop
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(args), env=self.env, capture_output=True, text=True,
@@ -84,11 +101,46 @@ class SlurmCluster:
                 proc.kill()
                 proc.wait(timeout=5)
         self.procs.clear()
+        for command in self.cleanup:
+            subprocess.run(command, capture_output=True, timeout=30)
+        self.cleanup.clear()
+
+
+def _two_node_network(cluster_cleanup: list[list[str]]) -> tuple[str, str, str]:
+    """A network namespace for the second node, joined to this one by a veth pair on a free
+    /24: (namespace, this side's address, the second node's address)."""
+    import random
+
+    tag = f"{os.getpid() % 100000}"
+    ns, here, there = f"gtn{tag}", f"gtv{tag}a", f"gtv{tag}b"
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    while True:
+        net = f"10.{random.randint(100, 250)}.{random.randint(0, 255)}"
+        if f" {net}." not in used:
+            break
+    commands = [["ip", "netns", "add", ns],
+                ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+                ["ip", "link", "set", there, "netns", ns],
+                ["ip", "addr", "add", f"{net}.1/24", "dev", here],
+                ["ip", "link", "set", here, "up"],
+                ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.2/24", "dev", there],
+                ["ip", "netns", "exec", ns, "ip", "link", "set", there, "up"],
+                ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]]
+    cluster_cleanup += [["ip", "link", "del", here], ["ip", "netns", "del", ns]]
+    for command in commands:
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            for undo in cluster_cleanup:
+                subprocess.run(undo, capture_output=True)
+            pytest.fail(f"{' '.join(command)}: {done.stderr.strip()}")
+    return ns, f"{net}.1", f"{net}.2"
 
 
 def start_cluster(root: Path, *, gpus: int = 2, gpu_type: str = "h100",
-                  path_prefix: str = "") -> SlurmCluster:
-    """Start munged, slurmctld and slurmd in `root` (foreground processes this test owns)."""
+                  path_prefix: str = "", nodes: int = 1) -> SlurmCluster:
+    """Start munged, slurmctld and slurmd in `root` (foreground processes this test owns).
+    `nodes=2`: two nodes n1 and n2 with `gpus` GPUs each, the second one's slurmd in its own
+    network namespace (as a second machine; see two_nodes_reason)."""
     root.mkdir(parents=True, exist_ok=True)
     for sub in ("state", "spool", "log", "dev", "munge"):
         (root / sub).mkdir(exist_ok=True)
@@ -103,9 +155,32 @@ def start_cluster(root: Path, *, gpus: int = 2, gpu_type: str = "h100",
     cpus = max(1, min(os.cpu_count() or 1, 2))
     mem = max(1024, min(_mem_mib() - 512, 24000))
     ctld, slurmd = _free_port(), _free_port()
+    cleanup: list[list[str]] = []
+    node_lines = (f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} Boards=1 SocketsPerBoard=1 "
+                  f"CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory={mem} "
+                  f"Gres=gpu:{gpu_type}:{gpus} State=UNKNOWN")
+    partition_nodes, ctld_host, spool = "localhost", "localhost", f"{root}/spool"
+    gres = f"NodeName=localhost Name=gpu Type={gpu_type} File={root}/dev/fakegpu[0-{gpus - 1}]\n"
+    ns = None
+    if nodes == 2:
+        for i in range(gpus, 2 * gpus):
+            dev = root / "dev" / f"fakegpu{i}"
+            if not dev.exists():
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
+        ns, addr1, addr2 = _two_node_network(cleanup)
+        node_lines = "\n".join(
+            f"NodeName={n} NodeAddr={a} CPUs={cpus} Boards=1 SocketsPerBoard=1 "
+            f"CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory={mem} "
+            f"Gres=gpu:{gpu_type}:{gpus} State=UNKNOWN" for n, a in (("n1", addr1), ("n2", addr2)))
+        partition_nodes = "n1,n2"
+        ctld_host = f"{socket.gethostname().split('.')[0]}({addr1})"
+        spool = f"{root}/spool/%n"
+        gres = (f"NodeName=n1 Name=gpu Type={gpu_type} File={root}/dev/fakegpu[0-{gpus - 1}]\n"
+                f"NodeName=n2 Name=gpu Type={gpu_type} "
+                f"File={root}/dev/fakegpu[{gpus}-{2 * gpus - 1}]\n")
     conf = root / "slurm.conf"
     conf.write_text(f"""ClusterName=gputuitest
-SlurmctldHost=localhost
+SlurmctldHost={ctld_host}
 SlurmctldPort={ctld}
 SlurmdPort={slurmd}
 SlurmUser=root
@@ -114,11 +189,11 @@ AuthType=auth/munge
 AuthInfo=socket={sock}
 CredType=cred/munge
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={spool}
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd.log
+SlurmdLogFile={root}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -135,16 +210,16 @@ InactiveLimit=0
 MinJobAge=300
 DefMemPerCPU=256
 GresTypes=gpu
-NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory={mem} Gres=gpu:{gpu_type}:{gpus} State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE DefaultTime=01:00:00 State=UP OverSubscribe=NO
+{node_lines}
+PartitionName=debug Nodes={partition_nodes} Default=YES MaxTime=INFINITE DefaultTime=01:00:00 State=UP OverSubscribe=NO
 """, encoding="ascii")
-    (root / "gres.conf").write_text(
-        f"NodeName=localhost Name=gpu Type={gpu_type} File={root}/dev/fakegpu[0-{gpus - 1}]\n",
-        encoding="ascii")
+    for name in ("n1", "n2") if nodes == 2 else ():
+        (root / "spool" / name).mkdir(exist_ok=True)
+    (root / "gres.conf").write_text(gres, encoding="ascii")
     env = {**os.environ, "SLURM_CONF": str(conf)}
     if path_prefix:
         env["PATH"] = f"{path_prefix}:{env.get('PATH', '/usr/bin:/bin')}"
-    cluster = SlurmCluster(root, conf, env)
+    cluster = SlurmCluster(root, conf, env, cleanup=cleanup)
     log = open(root / "log" / "daemons.log", "ab")  # noqa: SIM115 - held by the daemons
     try:
         cluster.procs.append(subprocess.Popen(
@@ -156,10 +231,18 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE DefaultTime=01:
         cluster.procs.append(subprocess.Popen([_which("slurmctld") or "slurmctld", "-D", "-i"],
                                               env=env, stdout=log, stderr=log))
         _wait(lambda: _answers(ctld), "slurmctld did not start", cluster)
-        cluster.procs.append(subprocess.Popen([_which("slurmd") or "slurmd", "-D", "-N",
-                                               "localhost"], env=env, stdout=log, stderr=log))
-        _wait(lambda: "idle" in cluster.run("sinfo", "-h", "-o", "%T", check=False).stdout,
-              "the node did not come up idle", cluster, timeout=30)
+        slurmd_bin = _which("slurmd") or "slurmd"
+        if ns is None:
+            cluster.procs.append(subprocess.Popen([slurmd_bin, "-D", "-N", "localhost"],
+                                                  env=env, stdout=log, stderr=log))
+        else:
+            cluster.procs.append(subprocess.Popen([slurmd_bin, "-D", "-N", "n1"],
+                                                  env=env, stdout=log, stderr=log))
+            cluster.procs.append(subprocess.Popen(
+                [_which("nsenter") or "nsenter", f"--net=/var/run/netns/{ns}", slurmd_bin,
+                 "-D", "-N", "n2"], env=env, stdout=log, stderr=log))
+        _wait(lambda: cluster.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.split()
+              == ["idle"] * nodes, "the nodes did not come up idle", cluster, timeout=30)
     except BaseException:
         cluster.stop()
         raise

@@ -28,7 +28,7 @@ from gputui.i18n import (
 
 # The subjects, in the order `gputui --help` lists their commands.
 SUBJECTS = ("instances", "lifecycle", "images", "jobs", "ollama", "gpus", "costs", "catalog",
-            "config", "daemon", "notify", "metrics", "mcp", "sandbox")
+            "config", "daemon", "notify", "metrics", "mcp", "sandbox", "slurm")
 
 
 def _run_console(args: argparse.Namespace) -> int:

@@ -65,6 +65,23 @@ class Capabilities:
     max_gpus: int = 8  # the most GPUs one instance may have (New offers no more)
 
 
+@dataclass(frozen=True)
+class QueueHost:
+    """Where an instance's queue runner lives and how it starts each run, for a platform whose
+    own scheduler runs the work (a Slurm allocation: the runner on the cluster's login node, in
+    the shared home, and each run a job step of the allocation, started with `srun`).
+
+    `link` is the link to that host (commands on it run there, not inside the instance);
+    `folder` the runner's folder, relative to the home there (one per instance); `launch` what
+    the runner reads from `launch.json` beside it: `argv`, the command each run starts under,
+    and the allocation's shape (`nodes`, `gpus_per_node`, `gres`, `cpus_per_gpu`,
+    `mem_per_gpu_mb`, `name`)."""
+
+    link: Any
+    folder: str
+    launch: dict[str, Any]
+
+
 class ProviderServices(Protocol):
     """What the session lends its providers: the shared SSH links and known hosts."""
 
@@ -205,6 +222,19 @@ class Provider:
         link is its cluster's login node, with a `command_wrapper` that runs each command
         inside the allocation). Default: as recorded."""
         return instance.ssh, {}
+
+    async def queue_host(self, instance: Instance) -> QueueHost | None:
+        """Where the instance's jobs queue lives when the platform's scheduler runs the runs
+        (see QueueHost). Default None: the queue runner lives on the instance itself and runs
+        them there."""
+        return None
+
+    async def node_links(self, instance: Instance) -> list[tuple[str, Any]] | None:
+        """An instance spread over several machines (a multi-node Slurm allocation): one link
+        a machine, with the machine's name, in order, each running its commands on that machine;
+        the Monitor and `smi` read each one's GPUs through its own stream (the GPUs numbered on
+        from the machine before). Default None: one machine, the instance's one link."""
+        return None
 
     async def close(self) -> None:
         """Let go of anything held (HTTP clients, servers). Default: nothing held."""

@@ -42,6 +42,7 @@ from gputui.providers.base import (
     Provider,
     ProviderContext,
     ProviderError,
+    QueueHost,
     UnknownInstance,
 )
 
@@ -85,6 +86,7 @@ class JobView:
     end: datetime | None
     time_limit: str
     nodes: str
+    node_count: int = 1
 
 
 def _slurm_time(text: str) -> datetime | None:
@@ -103,7 +105,8 @@ def parse_squeue(text: str) -> JobView | None:
         if len(parts) >= 8 and parts[0].strip():
             return JobView(parts[0].strip(), parts[1].strip().split()[0] if parts[1].strip()
                            else "", parts[2].strip(), _slurm_time(parts[3]),
-                           _slurm_time(parts[4]), parts[5].strip(), parts[7].strip())
+                           _slurm_time(parts[4]), parts[5].strip(), parts[7].strip(),
+                           int(parts[6]) if parts[6].strip().isdigit() else 1)
     return None
 
 
@@ -188,6 +191,8 @@ class SlurmProvider(Provider):
     def __init__(self, ctx: ProviderContext) -> None:
         self.ctx = ctx
         self.clusters: dict[str, SlurmClusterSettings] = dict(ctx.config.providers.slurm)
+        self._node_counts: dict[str, int] = {}  # job -> its allocation's nodes (fixed once run)
+        self._node_names: dict[str, list[str]] = {}  # job -> its nodes, in order
 
     # -- the login node ------------------------------------------------------------------------
 
@@ -209,15 +214,41 @@ class SlurmProvider(Provider):
     async def _sh(self, cluster: str, command: str, *, timeout: float = 60) -> tuple[int, str]:
         """Run a Slurm command on the login node (times in UTC); (exit status, output).
         A link failure is a retryable ProviderError."""
+        from gputui.remote.hostkeys import UnknownHostKey
         from gputui.remote.ssh import SSHLayerError
 
         try:
             result = await self._login_link(cluster).run(f"TZ=UTC {command}", timeout=timeout)
+        except UnknownHostKey as exc:
+            raise ProviderError(Deferred(N_(
+                "slurm {cluster}: the login node {where} is not trusted yet (host key "
+                "{fingerprint}); check the fingerprint with the cluster's admins, then `gputui "
+                "slurm trust {cluster}`"), cluster=cluster, where=f"{exc.host}:{exc.port}",
+                fingerprint=exc.fingerprint)) from None
         except SSHLayerError as exc:
             raise ProviderError(Deferred(N_("slurm {cluster}: {error}"), cluster=cluster,
                                          error=str(exc)), retryable=True) from None
         status = result.exit_status if result.exit_status is not None else 255
         return status, (result.stdout or "") + (result.stderr or "")
+
+    async def login_key(self, cluster: str) -> tuple[str, str, Any]:
+        """The login node's host key, for a first-time trust: (where, SHA256 fingerprint, the
+        key to pin with `known_hosts.add`, or None when it is trusted already). A key that
+        differs from the one on file raises (HostKeyChanged: never accepted here)."""
+        from gputui.remote.hostkeys import UnknownHostKey, fingerprint
+        from gputui.remote.ssh import SSHLayerError
+
+        endpoint = self.login_endpoint(cluster)
+        where = f"{endpoint.user}@{endpoint.host}:{endpoint.port}"
+        try:
+            await self._login_link(cluster).run("true", timeout=30)
+        except UnknownHostKey as exc:
+            return where, exc.fingerprint, exc.key
+        except SSHLayerError as exc:
+            raise ProviderError(Deferred(N_("slurm {cluster}: {error}"), cluster=cluster,
+                                         error=str(exc))) from None
+        known = self.ctx.host_keys.host_keys(endpoint.host, endpoint.port)
+        return where, fingerprint(known[0]) if known else "", None
 
     def _refused(self, cluster: str, what: str, output: str, status: int) -> ProviderError:
         lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
@@ -462,19 +493,84 @@ class SlurmProvider(Provider):
     async def link_target(self, instance: Instance) -> tuple[SSHEndpoint | None, dict[str, Any]]:
         """The cluster's login node; each command runs in the allocation's first node."""
         cluster, job = self._job(instance)
-        return self.login_endpoint(cluster), {"command_wrapper": in_allocation(job)}
+        names = await self._nodes_of(cluster, job) if instance.status == InstanceStatus.RUNNING \
+            else None
+        first = names[0] if names and len(names) > 1 else None  # one node: Slurm's own choice
+        return self.login_endpoint(cluster), {"command_wrapper": in_allocation(job, first)}
+
+    async def queue_host(self, instance: Instance) -> QueueHost | None:
+        """Jobs go through Slurm: the queue runner lives on the login node, in the shared home
+        (`~/.gputui/slurm/CLUSTER/JOB-ID`: job ids start again on a new cluster), and starts
+        each run as a job step of the allocation
+        (`srun --jobid=JOB`, no `--overlap`): Slurm binds its GPUs (`--gres`, setting
+        CUDA_VISIBLE_DEVICES), holds it while the allocation's resources are taken, and its exit
+        code is the step's. A run on every GPU is one task a node on every node of the
+        allocation; a run with `--gpus` asks for that many GPUs on one node."""
+        cluster, job = self._job(instance)
+        _name, cfg = self._cluster(cluster)
+        nodes = self._node_counts.get(job)
+        if nodes is None:
+            view = await self.job_view(cluster, job)
+            if view is None or view.state not in RUNNING_STATES:
+                raise ProviderError(Deferred(N_(
+                    "slurm {cluster}: job {job} is not running ({state}): its runs cannot start"),
+                    cluster=cluster, job=job, state=view.state if view else "gone"))
+            nodes = self._node_counts[job] = max(1, view.node_count)
+        kind = (instance.offer_id or "").split(":")[-1] if (instance.offer_id or "").startswith(
+            "slurm:") else "gpu"
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", cluster)
+        return QueueHost(link=self._login_link(cluster), folder=f".gputui/slurm/{safe}/{job}-{instance.id}",
+                         launch={"argv": ["srun", f"--jobid={job}", "--kill-on-bad-exit=1"],
+                                 "nodes": nodes,
+                                 "gpus_per_node": max(1, instance.gpu_count // nodes),
+                                 "gres": kind if kind != "gpu" else None,
+                                 "cpus_per_gpu": cfg.cpus_per_gpu,
+                                 "mem_per_gpu_mb": cfg.mem_per_gpu_mb,
+                                 "name": "gputui-run-"})
+
+    async def _nodes_of(self, cluster: str, job: str) -> list[str] | None:
+        """The allocation's nodes in order (`scontrol show hostnames`), once it runs; None
+        while it does not."""
+        names = self._node_names.get(job)
+        if names is None:
+            view = await self.job_view(cluster, job)
+            if view is None or view.state not in RUNNING_STATES or not view.nodes:
+                return None
+            if view.node_count <= 1:
+                names = [view.nodes]
+            else:
+                status, out = await self._sh(
+                    cluster, f"scontrol show hostnames {shlex.quote(view.nodes)}")
+                if status != 0:
+                    raise self._refused(cluster, "scontrol show hostnames", out, status)
+                names = [n.strip() for n in out.splitlines() if n.strip()]
+            self._node_names[job] = names
+        return names
+
+    async def node_links(self, instance: Instance) -> list[tuple[str, Any]] | None:
+        """A multi-node allocation: one link a node (each command a step on that node,
+        `srun --nodelist=NODE --overlap`); None for one node."""
+        cluster, job = self._job(instance)
+        names = await self._nodes_of(cluster, job)
+        if names is None or len(names) <= 1:
+            return None
+        endpoint = self.login_endpoint(cluster)
+        return [(node, self.ctx.links.get(f"{instance.id}@{node}", endpoint, on_state=None,
+                                          command_wrapper=in_allocation(job, node)))
+                for node in names]
 
     async def live_price(self, instance: Instance) -> Decimal | None:
         cluster, _job = self._job(instance)
         return self._cluster(cluster)[1].price_per_gpu_hour * instance.gpu_count
 
 
-def in_allocation(job: str) -> Any:
-    """The command wrapper for an allocation: a job step on its first node, sharing its
-    resources (`--overlap`) and GPUs, in a shell."""
+def in_allocation(job: str, node: str | None = None) -> Any:
+    """The command wrapper for an allocation: a job step on its first node (or on `node`),
+    sharing its resources (`--overlap`) and GPUs, in a shell."""
+    where = f"--nodelist={shlex.quote(node)} " if node else ""
 
     def wrap(command: str) -> str:
-        return (f"srun --jobid={job} --overlap --nodes=1 --ntasks=1 --quiet "
+        return (f"srun --jobid={job} --overlap --nodes=1 --ntasks=1 {where}--quiet "
                 f"sh -c {shlex.quote(command)}")
 
     return wrap

@@ -22,7 +22,14 @@ from gputui.i18n import _, ngettext, truncate_cells
 from gputui.models import Instance, InstanceStatus, LedgerEntry, utcnow
 from gputui.sanitize import sanitize
 from gputui.services.hub import Services
-from gputui.services.jobs import Job, JobService, QueueView, load_when_done, run_cost
+from gputui.services.jobs import (
+    RUNNER_FILE,
+    Job,
+    JobService,
+    QueueView,
+    load_when_done,
+    run_cost,
+)
 
 READ_TIMEOUT_S = 10.0  # reading the queue before a release: an unreachable host is not waited on
 _HAS_RUNNER = 'test -f "$HOME/.gputui/jobs/runner.py"'  # (jobs.RUNNER_FILE)
@@ -97,7 +104,13 @@ async def at_stake(services: Services, inst: Instance, *,
 
 
 async def _read_queue(services: Services, inst: Instance) -> QueueView | None:
-    probe = await services.run(inst, _HAS_RUNNER, timeout=READ_TIMEOUT_S)
+    from gputui.services.queueplace import queue_place
+
+    link, runner, _launch = await queue_place(services, inst)  # (a Slurm cluster's login node)
+    if runner == RUNNER_FILE:
+        probe = await services.run(inst, _HAS_RUNNER, timeout=READ_TIMEOUT_S)
+    else:
+        probe = await link.run(f'test -f "$HOME/{runner}"', timeout=READ_TIMEOUT_S)
     if probe.exit_status != 0:
         return None  # jobs were never used on it
     return await JobService(services).view(inst)

@@ -11,6 +11,11 @@ console's clock, `gputui reap`, `gputui run`: results named by `--pull` come hom
 the instance is released or stopped. No automatic release goes ahead while results that were
 asked for are not home: the instance is kept and the alarm raised instead.
 
+On a platform whose own scheduler runs the work (a Slurm allocation: `Provider.queue_host`),
+the runner lives where that platform says (the cluster's login node, in the shared home, one
+folder per allocation) and starts each run as the scheduler's job step; everything here is the
+same.
+
 Each finished run's cost (the instance's rate, times its share of the GPUs, over the run's time)
 goes in the store's per-run costs, labelled with the run's name: a breakdown of the instance's
 cost, never added to it.
@@ -36,10 +41,9 @@ from gputui.format import status_text, status_word
 from gputui.i18n import N_, Deferred, _
 from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, money, utcnow
 from gputui.services.hub import ServiceError, Services
+from gputui.services.queueplace import RUNNER_DIR, RUNNER_FILE, queue_place  # noqa: F401
 from gputui.store import LeaseChanged
 
-RUNNER_DIR = ".gputui/jobs"
-RUNNER_FILE = f"{RUNNER_DIR}/runner.py"
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "lost")
 FINAL = ("succeeded", "failed", "cancelled", "lost")
 Policy = Literal["release", "stop", "keep"]
@@ -427,28 +431,46 @@ class JobService:
                 name=inst.name, status=status_text(inst.status)))
         return await self.services.link(inst)  # a stopped one: "start it first", exit 2
 
+    async def _place(self, inst: Instance) -> tuple[Any, str, dict[str, Any] | None]:
+        if not inst.status.live:
+            raise JobError(_("{name} is {status}: its queue cannot be reached").format(
+                name=inst.name, status=status_text(inst.status)))
+        from gputui.providers.base import ProviderError
+
+        try:
+            return await queue_place(self.services, inst)
+        except ProviderError as exc:
+            raise JobError(str(exc)) from None
+
     async def _runner(self, inst: Instance, args: str, *, input: str | None = None,
                       timeout: float = 60.0) -> Any:
         from gputui.remote.ssh import SSHLayerError
 
-        link = await self._link(inst)
+        link, runner, launch = await self._place(inst)
         installed = _installed.setdefault(id(self.services.links), set())
         try:
             if inst.id not in installed:
-                await self._install(link)
+                await self._install(link, runner, launch)
                 installed.add(inst.id)
             return await link.run(
                 'PY=$(command -v python3 || command -v python) || '
                 '{ echo "no python3 on the instance" >&2; exit 127; }; '
-                f'exec "$PY" "$HOME/{RUNNER_FILE}" {args}', input=input, timeout=timeout)
+                f'exec "$PY" "$HOME/{runner}" {args}', input=input, timeout=timeout)
         except SSHLayerError as exc:
             raise JobError(f"{inst.name}: {exc}") from None
 
-    async def _install(self, link: Any) -> None:
+    async def _install(self, link: Any, runner: str = RUNNER_FILE,
+                       launch: dict[str, Any] | None = None) -> None:
+        folder = runner.rpartition("/")[0]
         result = await link.run(
-            f'mkdir -p "$HOME/{RUNNER_DIR}" && chmod 700 "$HOME/{RUNNER_DIR}" && '
-            f'cat > "$HOME/{RUNNER_FILE}.$$" && mv "$HOME/{RUNNER_FILE}.$$" "$HOME/{RUNNER_FILE}"',
+            f'mkdir -p "$HOME/{folder}" && chmod 700 "$HOME/{folder}" && '
+            f'cat > "$HOME/{runner}.$$" && mv "$HOME/{runner}.$$" "$HOME/{runner}"',
             input=runner_source(), timeout=60)
+        if result.exit_status == 0 and launch is not None:  # runs start as the scheduler's steps
+            result = await link.run(
+                f'cat > "$HOME/{folder}/launch.json.$$" && '
+                f'mv "$HOME/{folder}/launch.json.$$" "$HOME/{folder}/launch.json"',
+                input=json.dumps(launch), timeout=60)
         if result.exit_status != 0:
             raise JobError(_("cannot write the runner to the instance: {error}").format(
                 error=_last(result)))
@@ -593,10 +615,10 @@ class JobService:
         job_id = _job_id(job_id)
         seen = 0
         while True:
-            link = await self._link(inst)
+            link, runner, _launch = await self._place(inst)
             await self._runner(inst, "version")  # the runner is there
             cmd = ('PY=$(command -v python3 || command -v python); '
-                   f'exec "$PY" "$HOME/{RUNNER_FILE}" follow {job_id} {seen}')
+                   f'exec "$PY" "$HOME/{runner}" follow {job_id} {seen}')
             try:
                 held = 0  # empty lines: the stream ends with one that is not in the log
                 async with link.stream_lines(cmd, restart=False) as lines:

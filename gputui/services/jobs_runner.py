@@ -27,6 +27,13 @@ what its processes hold; its utilisation is its GPUs' while it has a process on 
 nothing is queued or running the daemon records the queue's end, applies the when-done
 power-off (if asked for), and exits.
 
+On a Slurm allocation the runner lives on the cluster's login node instead, in the shared home,
+with a `launch.json` beside it (written by gputui): each run is then a job step of the
+allocation, started with `srun --jobid=JOB` (its argv), so Slurm binds its GPUs (`--gres`; the
+count of `--gpus` is what is asked for, Slurm picks which and sets CUDA_VISIBLE_DEVICES), holds
+it while the allocation's resources are taken, and its exit code is the step's. There the runner
+never powers anything off and samples no GPUs (they are on the compute nodes).
+
 No single run stops the queue: a run that cannot start (a command too long for the system, a
 NUL byte, a broken record written by hand) fails with the reason in its log and exit code 126,
 and the queue goes on.
@@ -49,6 +56,7 @@ LOCK = os.path.join(BASE, "lock")
 DAEMON_LOCK = os.path.join(BASE, "daemon.lock")
 WHEN_DONE = os.path.join(BASE, "when_done.json")
 QUEUE_END = os.path.join(BASE, "queue_end.json")
+LAUNCH = os.path.join(BASE, "launch.json")
 SAMPLE_S = float(os.environ.get("GPUTUI_JOBS_SAMPLE_S", "2"))
 KILL_GRACE_S = 5.0
 FINAL = ("succeeded", "failed", "cancelled", "lost")
@@ -64,6 +72,9 @@ WRAPPER = (
     'echo "$rc" > "$GPUTUI_JOB_DIR/exit_code.tmp" && '
     'mv "$GPUTUI_JOB_DIR/exit_code.tmp" "$GPUTUI_JOB_DIR/exit_code"; exit "$rc"'
 )
+
+# In a Slurm step the wrapper's own pid is a compute node's, not this host's: kept apart.
+STEP_WRAPPER = WRAPPER.replace('/pid"', '/step_pid"')
 
 
 def now_iso():
@@ -214,6 +225,36 @@ def all_runs():
     return out
 
 
+def launch_settings():
+    """How runs start as Slurm job steps (`launch.json`), or None: on this host."""
+    data = read_json(LAUNCH)
+    if isinstance(data, dict) and isinstance(data.get("argv"), list) and data["argv"] and all(
+            isinstance(a, str) for a in data["argv"]):
+        return data
+    return None
+
+
+def step_argv(launch, run):
+    """`srun --jobid=JOB ...` for one run: every GPU of the allocation (one task a node on
+    every node), or, with --gpus, that many GPUs on one node; its share of the allocation's
+    CPUs and memory, so runs on other GPUs start beside it."""
+    nodes = max(1, _int(launch.get("nodes"), 1))
+    per_node = max(1, _int(launch.get("gpus_per_node"), 1))
+    gpus = run.get("gpus")
+    if gpus is None:
+        count = per_node
+    else:
+        nodes, count = 1, max(1, len(gpus))
+    kind = launch.get("gres")
+    gres = "gpu:%s:%d" % (kind, count) if isinstance(kind, str) and kind else "gpu:%d" % count
+    cpus = max(1, _int(launch.get("cpus_per_gpu"), 1)) * count
+    mem = max(64, _int(launch.get("mem_per_gpu_mb"), 1024)) * count
+    name = launch.get("name") if isinstance(launch.get("name"), str) else "gputui-run-"
+    return list(launch["argv"]) + [
+        "--nodes=%d" % nodes, "--ntasks=%d" % nodes, "--ntasks-per-node=1", "--gres=" + gres,
+        "--cpus-per-task=%d" % cpus, "--mem=%dM" % mem, "--job-name=%s%s" % (name, run["id"])]
+
+
 def proc_start(pid):
     try:
         with open("/proc/%d/stat" % pid) as fh:
@@ -323,7 +364,7 @@ def reopen_queue():
     if end is None:
         return False
     os.remove(QUEUE_END)
-    if end.get("poweroff_at"):
+    if end.get("poweroff_at") and launch_settings() is None:
         subprocess.call(["shutdown", "-c"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return True
     return False
@@ -588,6 +629,7 @@ class Daemon:
         self.last_sample = 0.0
         self.done = {}  # id -> final status: a finished run never changes, so is not re-read
         self.given_up = set()  # runs whose record could not even be marked failed
+        self.launch = launch_settings()  # Slurm: each run a job step of the allocation
 
     def runs(self):
         """The runs not known to be finished (read from disk), and note those that are."""
@@ -648,7 +690,10 @@ class Daemon:
         env = dict(os.environ)
         env.update(GPUTUI_JOB_DIR=d, GPUTUI_JOB_ID=job_id, GPUTUI_JOB_NAME=run.get("name") or "",
                    PYTHONUNBUFFERED="1")
-        if run.get("gpus") is not None:
+        argv = ["/bin/sh", "-c", WRAPPER, "gputui-run"]
+        if self.launch is not None:
+            argv = step_argv(self.launch, run) + ["/bin/sh", "-c", STEP_WRAPPER, "gputui-run"]
+        elif run.get("gpus") is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in run["gpus"])
         cwd = run.get("cwd") or "."
         home = os.path.expanduser("~")
@@ -664,7 +709,7 @@ class Daemon:
                     log.write(("--- gputui: attempt %s ---\n" % attempt).encode())
                     log.flush()
                 proc = subprocess.Popen(
-                    ["/bin/sh", "-c", WRAPPER, "gputui-run", cwd, run["command"]],
+                    argv + [cwd, run["command"]],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     env=env, cwd=home, start_new_session=True, close_fds=True,
                 )
@@ -677,11 +722,14 @@ class Daemon:
     def finish(self, run, rc):
         job_id = run["id"]
         code_file = os.path.join(run["dir"], "exit_code")
-        try:
-            with open(code_file) as fh:
-                rc = int(fh.read().strip())
-        except (OSError, ValueError):
-            pass
+        # A Slurm step's exit code is srun's (the highest of its tasks'); the file is read only
+        # for a run this daemon did not start (an earlier daemon's).
+        if self.launch is None or rc is None:
+            try:
+                with open(code_file) as fh:
+                    rc = int(fh.read().strip())
+            except (OSError, ValueError):
+                pass
         cancelled = os.path.exists(os.path.join(run["dir"], "cancel"))
         attempt = int(run.get("attempt") or 1)
         if cancelled:
@@ -758,7 +806,7 @@ class Daemon:
                 busy.append(mine)
             runs = self.runs()
         active = [r for r in runs if r["status"] == "running"]
-        if active and time.monotonic() - self.last_sample >= SAMPLE_S:
+        if active and self.launch is None and time.monotonic() - self.last_sample >= SAMPLE_S:
             self.last_sample = time.monotonic()
             self.sample(active)
         return bool(runs), runs
@@ -867,6 +915,8 @@ def apply_when_done(end):
     comes first), where that was asked for (release or stop on a provider whose billing stops
     at power-off)."""
     policy = read_json(WHEN_DONE) or {}
+    if launch_settings() is not None:
+        return  # a cluster's login node: the allocation is released by gputui (scancel)
     if policy.get("policy") not in ("release", "stop") or not policy.get("poweroff"):
         return
     if end.get("poweroff_at"):

@@ -38,7 +38,6 @@ RUN_BYTES = 64 * 1024
 TOTAL_BYTES = 1024 * 1024
 KEEP_TIMEOUT_S = 10.0  # before a release: never longer than this, whatever the instance does
 FINAL = ("succeeded", "failed", "cancelled", "lost")  # (jobs.FINAL)
-RUNNER = ".gputui/jobs/runner.py"  # (jobs.RUNNER_FILE)
 
 _log = logging.getLogger("gputui.jobs")
 _kept_ends: dict[str, tuple] = {}  # this process: the queue end last kept, per instance
@@ -170,12 +169,13 @@ async def keep(services: Services, inst: Instance, when: str, *,
 async def _fetch(services: Services, inst: Instance) -> dict[str, Any]:
     """What the runner on the instance holds: every run, and each one's last lines."""
     from gputui.errors import GputuiError
+    from gputui.services.queueplace import queue_place
 
-    link = await services.link(inst)
+    link, runner, _launch = await queue_place(services, inst)  # (a Slurm cluster's login node)
     result = await link.run(
-        f'test -f "$HOME/{RUNNER}" || exit 5; '
+        f'test -f "$HOME/{runner}" || exit 5; '
         'PY=$(command -v python3 || command -v python) || exit 127; '
-        f'exec "$PY" "$HOME/{RUNNER}" records {LINES} {RUN_BYTES} {TOTAL_BYTES}',
+        f'exec "$PY" "$HOME/{runner}" records {LINES} {RUN_BYTES} {TOTAL_BYTES}',
         timeout=KEEP_TIMEOUT_S)
     if result.exit_status == 5:
         raise GputuiError(_("no queue runner on it"))

@@ -229,13 +229,28 @@ async def snapshot_instance(services: Services, inst: Instance) -> Snapshot:
 
     Raises SnapshotFailed (with a diagnosis) when nvidia-smi fails there, and the SSH layer's
     errors when the instance cannot be reached."""
+    from gputui.providers.base import ProviderError
+    from gputui.services.hub import ServiceError
+
     link = await services.link(inst)
-    result = await link.run(query_gpu_command(None), timeout=60)
-    if result.exit_status != 0:
-        diag = diagnose_nvidia_smi(result.stdout + "\n" + result.stderr, result.exit_status)
-        raise SnapshotFailed(diag or DIAGNOSES["nvidia-smi-failed"])
-    samples = parse_query_gpu_csv(result.stdout)
+    try:  # an instance over several machines (a multi-node Slurm allocation): each one's GPUs
+        nodes = await services.provider(inst.provider).node_links(inst)
+    except ProviderError as exc:
+        raise ServiceError(str(exc)) from None
+    samples: list[GpuSample] = []
+    per = max(1, inst.gpu_count // len(nodes)) if nodes else 0
+    for k, (_node, node_link) in enumerate(nodes or [("", link)]):
+        result = await node_link.run(query_gpu_command(None), timeout=60)
+        if result.exit_status != 0:
+            diag = diagnose_nvidia_smi(result.stdout + "\n" + result.stderr, result.exit_status)
+            raise SnapshotFailed(diag or DIAGNOSES["nvidia-smi-failed"])
+        samples += [g.model_copy(update={"index": g.index + k * per}) if k else g
+                    for g in parse_query_gpu_csv(result.stdout)]
     snap = Snapshot(inst.name, samples=samples)
+    if nodes:
+        snap.notes.append(D(N_("{n} nodes ({names}), one reading a node; processes, inventory "
+                               "and host vitals are the first node's"), n=len(nodes),
+                            names=", ".join(name for name, _l in nodes)))
     try:
         xml = await link.run("nvidia-smi -q -x", timeout=60)
         if xml.exit_status == 0:

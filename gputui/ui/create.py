@@ -20,6 +20,7 @@ from gputui.ui.dialogs import ConfirmScreen, parse_release, passed_clock_time
 from gputui.ui.widgets import Note, TickBox
 
 COUNTS = [1, 2, 4, 8]
+NODES = [1, 2, 3, 4, 8]  # a Slurm allocation's --nodes (the GPUs are split over them)
 _DIM = "[dim]{}[/dim]"  # markup only
 # what services.create reports (English words), as the progress line shows them
 STEPS = {"requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
@@ -51,6 +52,10 @@ class CreateScreen(BaseScreen):
     CreateScreen .row:focus-within { background: $boost; }
     CreateScreen .row Input, CreateScreen .row Select { width: 1fr; }
     CreateScreen #idle-util, CreateScreen #idle-minutes { width: 10; }
+    CreateScreen #slurm-row { display: none; }
+    CreateScreen #slurm-row.shown { display: block; }
+    CreateScreen #nodes-label { width: auto; padding: 0 1; }
+    CreateScreen #slurm-row #nodes { width: 8; }
     CreateScreen #idle-note { width: 1fr; color: $text-muted; padding-left: 1; }
     CreateScreen #no-timer { width: auto; height: 1; border: none; padding: 0; margin-left: 1; }
     CreateScreen #outcome { height: auto; max-height: 60%; border-top: solid $primary; }
@@ -79,6 +84,12 @@ class CreateScreen(BaseScreen):
                 yield Label(_("GPUs"))
                 yield Select([(str(c), c) for c in COUNTS], id="count", value=1,
                              compact=True, allow_blank=False)
+            with Horizontal(classes="row", id="slurm-row"):  # slurm only: which cluster, nodes
+                yield Label(_("Cluster"))
+                yield Select([], id="cluster", compact=True, prompt=_("no cluster"))
+                yield Label(_("Nodes"), id="nodes-label")
+                yield Select([(str(n), n) for n in NODES], id="nodes", value=1, compact=True,
+                             allow_blank=False)
             with Horizontal(classes="row"):
                 yield Label(_("Image"))
                 yield Select([], id="image", compact=True, prompt=_("choose a GPU first"))
@@ -126,15 +137,56 @@ class CreateScreen(BaseScreen):
             self.query_one("#error", Static).update(
                 _("cannot list offers: {error}").format(error=escape(str(shown(exc)))))
             return
-        select = self.query_one("#offer", Select)
-        select.set_options([
-            (f"{gpu_name(o.gpu)} · {o.vram_gb:g} GiB · {offer_price(o)}"
-             + (" · " + _("derived") if (o.source or "").startswith("derived") else "")
-             + ("" if o.available else " · " + _("sold out")), o.offer_id)
-            for o in self.offers
-        ])
+        self._fill_clusters()
+        self._fill_offer_options()
         if self._preselect:
             self.call_after_refresh(self.preselect, self._preselect)
+        self.update_summary()
+
+    def _fill_offer_options(self) -> None:
+        select = self.query_one("#offer", Select)
+        select.set_options([
+            (f"{gpu_name(o.gpu)} · "
+             + (f"{o.vram_gb:g} GiB · " if o.vram_gb is not None else "")  # (a Slurm gres type)
+             + offer_price(o)
+             + (" · " + _("derived") if (o.source or "").startswith("derived") else "")
+             + ("" if o.available else " · " + _("sold out")), o.offer_id)
+            for o in self._cluster_offers()
+        ])
+
+    # -- slurm: the cluster and the nodes -------------------------------------------------------
+
+    def _is_slurm(self) -> bool:
+        return self.provider_name() == "slurm"
+
+    def _fill_clusters(self) -> None:
+        """A Slurm provider's clusters (its offers' regions) in the Cluster field, shown only
+        for it; the GPU field then lists the chosen cluster's offers."""
+        row = self.query_one("#slurm-row")
+        row.set_class(self._is_slurm(), "shown")
+        if not self._is_slurm():
+            return
+        clusters = sorted({o.region for o in self.offers if o.region})
+        select = self.query_one("#cluster", Select)
+        current = select.value
+        with select.prevent(Select.Changed):
+            select.set_options([(c, c) for c in clusters])
+            if clusters:
+                select.value = current if current in clusters else clusters[0]
+
+    def _cluster_offers(self) -> list[Offer]:
+        if not self._is_slurm():
+            return self.offers
+        cluster = self.query_one("#cluster", Select).value
+        return [o for o in self.offers if o.region == cluster]
+
+    def _slurm_nodes(self) -> int:
+        value = self.query_one("#nodes", Select).value
+        return value if self._is_slurm() and isinstance(value, int) and value > 0 else 1
+
+    @on(Select.Changed, "#cluster")
+    def cluster_changed(self) -> None:
+        self._fill_offer_options()
         self.update_summary()
 
     _preselect: str | None = None
@@ -418,7 +470,8 @@ class CreateScreen(BaseScreen):
         image = self.query_one("#image", Select).value
         try:
             request = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=name,
-                                    disk_gb=disk, image=image if isinstance(image, str) else None)
+                                    disk_gb=disk, image=image if isinstance(image, str) else None,
+                                    nodes=self._slurm_nodes())
             inst = await self.gapp.services.create(offer.provider, offer, request, lease=lease,
                                                    progress=say)
             say("arming the release timer")

@@ -507,47 +507,43 @@ class TelemetryService:
     async def _link(self, w: _Watch) -> Any:
         return await self.services.link(w.inst)
 
+    async def _node_links(self, w: _Watch) -> list[tuple[str, Any]] | None:
+        """One link a machine for an instance spread over several (a multi-node Slurm
+        allocation), else None."""
+        from gputui.providers.base import ProviderError
+        from gputui.services.hub import ServiceError
+
+        try:
+            return await self.services.provider(w.inst.provider).node_links(w.inst)
+        except ProviderError as exc:
+            raise ServiceError(str(exc)) from None
+
     async def _stream_loop(self, w: _Watch) -> None:
-        from gputui.remote.ssh import CommandFailed, SSHLayerError
+        from gputui.remote.ssh import SSHLayerError
         from gputui.services.hub import ServiceError
 
         backoff = _Backoff(*self._retry)
         while True:
-            unparsed: deque[str] = deque(maxlen=20)
             try:
-                link = await self._link(w)
-                parser = CsvStreamParser()
-                command = query_gpu_command(int(round(self.stream_interval * 1000)))
-                w.stream_started_at = self._clock()
-                if w.diagnosis is None and self.store.telemetry(w.inst.id).updated is None:
-                    w.note = D(N_("waiting for the first sample"))
-                async with link.stream_lines(command) as lines:
-                    async for line in lines:
-                        w.last_line_at = self._clock()
-                        skipped = parser.skipped
-                        sample = parser.feed(line)
-                        if sample is None:
-                            if parser.skipped != skipped:
-                                unparsed.append(line[:300])
-                                self.store.telemetry(w.inst.id).skipped_lines += 1
-                            continue
-                        self._on_sample(w, sample)
-                        backoff.reset()
-                self._flush(w)
-                # nvidia-smi -lms does not end by itself; if it did, say so and start again.
-                if unparsed:
-                    diag = diagnose_nvidia_smi("\n".join(unparsed), 1)
-                    self._set_diagnosis(w, diag)
+                nodes = await self._node_links(w)
+                if not nodes:
+                    await self._stream_one(w, await self._link(w), 0, backoff)
                 else:
-                    w.note = D(N_("nvidia-smi stopped; restarting"))
-                    self._touch(w.inst.id)
+                    # one stream a machine, its GPUs numbered on from the machine before
+                    per = max(1, w.inst.gpu_count // len(nodes))
+                    tasks = [asyncio.ensure_future(self._stream_one(w, link, k * per, backoff))
+                             for k, (_node, link) in enumerate(nodes)]
+                    try:
+                        done, _pending = await asyncio.wait(
+                            tasks, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        for task in tasks:
+                            task.cancel()
+                        await asyncio.gather(*tasks, return_exceptions=True)
+                    for task in done:
+                        task.result()  # the first to end or fail: all start again
             except asyncio.CancelledError:
                 raise
-            except CommandFailed as exc:
-                self._flush(w)
-                output = "\n".join(unparsed) + "\n" + exc.stderr
-                diag = diagnose_nvidia_smi(output, exc.exit_status)
-                self._set_diagnosis(w, diag or diagnose_nvidia_smi(output, 1))
             except ServiceError as exc:
                 self._set_diagnosis(w, _service_diagnosis(str(exc)))
             except SSHLayerError as exc:
@@ -558,6 +554,46 @@ class TelemetryService:
             if not self._still_live(w):
                 return
             await asyncio.sleep(backoff.next())
+
+    async def _stream_one(self, w: _Watch, link: Any, offset: int, backoff: _Backoff) -> None:
+        """One `nvidia-smi -lms` stream until it ends (a failure of nvidia-smi is diagnosed
+        here; the link's failures go to the caller). `offset`: added to its GPUs' indices."""
+        from gputui.remote.ssh import CommandFailed
+
+        unparsed: deque[str] = deque(maxlen=20)
+        try:
+            parser = CsvStreamParser()
+            command = query_gpu_command(int(round(self.stream_interval * 1000)))
+            w.stream_started_at = self._clock()
+            if w.diagnosis is None and self.store.telemetry(w.inst.id).updated is None:
+                w.note = D(N_("waiting for the first sample"))
+            async with link.stream_lines(command) as lines:
+                async for line in lines:
+                    w.last_line_at = self._clock()
+                    skipped = parser.skipped
+                    sample = parser.feed(line)
+                    if sample is None:
+                        if parser.skipped != skipped:
+                            unparsed.append(line[:300])
+                            self.store.telemetry(w.inst.id).skipped_lines += 1
+                        continue
+                    if offset:
+                        sample = sample.model_copy(update={"index": sample.index + offset})
+                    self._on_sample(w, sample)
+                    backoff.reset()
+            self._flush(w)
+            # nvidia-smi -lms does not end by itself; if it did, say so and start again.
+            if unparsed:
+                diag = diagnose_nvidia_smi("\n".join(unparsed), 1)
+                self._set_diagnosis(w, diag)
+            else:
+                w.note = D(N_("nvidia-smi stopped; restarting"))
+                self._touch(w.inst.id)
+        except CommandFailed as exc:
+            self._flush(w)
+            output = "\n".join(unparsed) + "\n" + exc.stderr
+            diag = diagnose_nvidia_smi(output, exc.exit_status)
+            self._set_diagnosis(w, diag or diagnose_nvidia_smi(output, 1))
 
     # -- host vitals ------------------------------------------------------------------------------
 
