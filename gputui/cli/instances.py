@@ -309,7 +309,7 @@ def cmd_release(args: argparse.Namespace) -> int:
             print_json({**json.loads(entry.model_dump_json()),
                         "cancelled_runs": [job.id for job in cancelled]})
         else:
-            from gputui.format import format_money
+            from gputui.format import format_money, format_small_money
 
             print(_("released {name}: {amount} in all").format(
                 name=inst.name,
@@ -317,7 +317,8 @@ def cmd_release(args: argparse.Namespace) -> int:
             for job in cancelled:
                 print(_("run {run}: cancelled by the release, {cost} (in `gputui costs "
                         "--runs`)").format(run=at_release.run_label(job),
-                                           cost=format_money(job.cost or 0, job.currency)))
+                                           cost=format_small_money(job.cost or 0,
+                                                                   job.currency)))
         return 0
 
     return run_async(args, body)

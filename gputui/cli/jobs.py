@@ -226,12 +226,14 @@ def print_table(view: Any, inst: Any, lease: Any = None) -> None:
 def summary_text(view: Any, inst: Any, lease: Any = None) -> str:
     from decimal import Decimal
 
-    from gputui.format import format_small_money
-    from gputui.models import money
+    from gputui.format import format_small_money, sum_as_shown
 
     counts = view.counts()
     parts = [f"{n} {status_text(status)}" for status, n in counts.items()]
-    total = money(sum((j.cost for j in view.jobs if j.cost is not None), Decimal(0)))
+    costs = [j.cost for j in view.jobs if j.cost is not None]
+    # the column's figures added as read ($0.35 + $0.17 = $0.52); runs of a fraction of a
+    # cent each add up exactly, and a total under a cent reads <$0.01, never $0.00
+    total = sum_as_shown(costs) or sum(costs, Decimal(0))
     ended = (_("queue ended at {time}").format(time=f"{view.ended_at.astimezone():%H:%M}")
              if view.ended_at else _("queue ended"))
     text = _("{ended}: {counts}; the runs cost {total} (part of {name}'s cost)").format(

@@ -20,6 +20,7 @@ from gputui.services.smi import (
     Snapshot,
     SnapshotFailed,
     evaluate_checks,
+    format_host,
     format_snapshot,
     local_facts,
     read_capture,
@@ -93,17 +94,30 @@ def smi_local(
     out: IO[str] | None = None,
     err: IO[str] | None = None,
     nvml: Any = None,
+    host_reader: Any = None,
 ) -> int:
-    """`gputui smi --local [--json]`: this machine through NVML."""
+    """`gputui smi --local [--json]`: this machine through NVML, and its host vitals (CPU,
+    memory, disks, network) from /proc (`host_reader`: tests give a fixed reading)."""
     from gputui.nvidia.nvml import NvmlUnavailable, read_local
+    from gputui.services.telemetry.local_vitals import read_local_vitals
 
+    host_reader = host_reader or read_local_vitals
     out, err = out or sys.stdout, err or sys.stderr
     try:
         reading = read_local(nvml)
     except NvmlUnavailable as exc:
-        return _print_failure(exc.diagnosis, "local", "NVML unavailable", as_json, out, err)
+        # the GPUs cannot be read; the host (CPU, memory, disks) still can, and is printed
+        _fail_line(err, "NVML unavailable", exc.diagnosis)
+        snap = Snapshot("local", host=host_reader())
+        if as_json:
+            data = snapshot_json(snap)
+            data["diagnosis"] = exc.diagnosis.model_dump()
+            print_json(data, out)
+        elif snap.host is not None:
+            _emit(out, "\n".join(format_host(snap)))
+        return EXIT_FAIL
     snap = Snapshot("this machine (NVML)", reading.inventory, list(reading.samples),
-                    list(reading.processes), list(reading.notes))
+                    list(reading.processes), list(reading.notes), host=host_reader())
     _print_snapshot(snap, as_json, out)
     return EXIT_OK
 

@@ -32,14 +32,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 from gputui.errors import BadInput, NotFound
 from gputui.format import status_text, status_word
 from gputui.i18n import N_, Deferred, _
-from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, money, utcnow
+from gputui.models import Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
 from gputui.services.hub import ServiceError, Services
 from gputui.services.queueplace import RUNNER_DIR, RUNNER_FILE, queue_place  # noqa: F401
 from gputui.store import LeaseChanged
@@ -373,15 +373,24 @@ def check_pulls(pulls: list[tuple[str, str]]) -> None:
                     field=option))
 
 
+# A run's cost is kept to a millionth of the currency, not the cent: a run of a few seconds
+# costs a fraction of a cent, and rounded to the cent where it is worked out it was recorded
+# (and shown, after the release) as exactly $0.00. The cent rounding is the screen's
+# (`format_small_money`: <$0.01), done once where the figure is shown.
+RUN_COST_QUANTUM = Decimal("0.000001")
+
+
 def run_cost(inst: Instance, job: Job) -> Decimal | None:
-    """The instance's rate, times the run's share of its GPUs, over the run's time."""
+    """The instance's rate, times the run's share of its GPUs, over the run's time (to a
+    millionth: see RUN_COST_QUANTUM)."""
     secs = job.seconds()
     if secs is None:
         return None
     share = Decimal(1)
     if job.gpus is not None and inst.gpu_count:
         share = min(Decimal(1), Decimal(len(job.gpus)) / Decimal(inst.gpu_count))
-    return money(inst.billing.price_per_hour * share * Decimal(str(round(secs, 3))) / Decimal(3600))
+    exact = inst.billing.price_per_hour * share * Decimal(str(round(secs, 3))) / Decimal(3600)
+    return exact.quantize(RUN_COST_QUANTUM, rounding=ROUND_HALF_UP)
 
 
 def job_from_runner(r: dict[str, Any], inst: Instance, secrets: list[str]) -> Job:

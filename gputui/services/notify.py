@@ -232,7 +232,7 @@ def queue_ended(inst: Instance, *, counts: Mapping[str, int], seconds: float | N
                 discriminator: str = "") -> NotifyEvent:
     """A queue of runs ended: how the runs went, how long and what they cost, where the
     results went, and what became of the instance."""
-    from gputui.format import format_money
+    from gputui.format import format_small_money
 
     tally = Deferred(N_("{succeeded} succeeded, {failed} failed, {cancelled} cancelled"),
                      succeeded=counts.get("succeeded", 0),
@@ -240,7 +240,7 @@ def queue_ended(inst: Instance, *, counts: Mapping[str, int], seconds: float | N
                      cancelled=counts.get("cancelled", 0))
     where = (Deferred(N_("results in {where}"), where=results) if results else
              Deferred(N_("no results were asked for")))
-    spent = format_money(cost, inst.billing.currency) if cost is not None else "-"
+    spent = format_small_money(cost, inst.billing.currency) if cost is not None else "-"
     return NotifyEvent(
         "queue_ended", inst.id, inst.name,
         Deferred(N_("{name}: queue ended"), name=inst.name),

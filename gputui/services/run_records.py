@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from gputui.i18n import _
@@ -31,13 +32,33 @@ def _time(text: Any) -> datetime | None:
         return None
 
 
+def recorded_cost(row: dict[str, Any]) -> Decimal:
+    """A run's cost as recorded when it ended. Costs were once rounded to the cent there, so
+    a run of a few seconds was kept as 0.00: such a row is costed again from its own rate,
+    seconds and share of the GPUs (what the cent rounding threw away)."""
+    cost = Decimal(str(row.get("cost")))
+    if cost != 0:
+        return cost
+    with contextlib.suppress(ArithmeticError, TypeError, ValueError):
+        rate = Decimal(str(row.get("rate_per_hour")))
+        seconds = Decimal(str(row.get("seconds")))
+        share = Decimal(1)
+        gpus, count = row.get("gpus"), row.get("gpu_count")
+        if isinstance(gpus, list) and isinstance(count, int) and count > 0:
+            share = min(Decimal(1), Decimal(len(gpus)) / Decimal(count))
+        if rate > 0 and seconds > 0:
+            from gputui.services.jobs import RUN_COST_QUANTUM
+
+            return (rate * share * seconds / 3600).quantize(RUN_COST_QUANTUM, ROUND_HALF_UP)
+    return cost
+
+
 def released_view(services: Services, inst: Instance) -> tuple[Any, RunRecord | None]:
     """The queue of an instance that is gone, as kept here: the record's runs, with what the
     per-run costs in the store say of each (exit code, time, cost) where the record did not
     see it end. A run still running or queued at the release ended with it: `cancelled` when
     the record was read at the release, `lost` (how it ended is not known) when it was not.
     (None for the record: nothing was kept, only the costs recorded, if any.)"""
-    from decimal import Decimal
 
     from gputui.config import known_secrets
     from gputui.services.jobs import FINAL, Job, QueueView, _whole, job_from_runner, run_cost
@@ -65,7 +86,7 @@ def released_view(services: Services, inst: Instance) -> tuple[Any, RunRecord | 
         job.ended_at = _time(row.get("ended_at"))
         job.attempt = _whole(row.get("attempt")) or job.attempt
         with contextlib.suppress(ArithmeticError, TypeError, ValueError):
-            job.cost = Decimal(str(row.get("cost")))
+            job.cost = recorded_cost(row)
     at_release = rec is not None and rec.when == "release" and rec.logs_lost is None
     gone = inst.ended_at or utcnow()
     for job in jobs.values():
@@ -133,4 +154,5 @@ def forget(services: Services, instance_id: str) -> None:
 
 
 __all__ = ["KEEP_TIMEOUT_S", "LINES", "RUN_BYTES", "TOTAL_BYTES", "RunRecord", "kept_tail",
-           "load_record", "no_output", "record_note", "record_path", "released_view"]
+           "load_record", "no_output", "record_note", "record_path", "recorded_cost",
+           "released_view"]

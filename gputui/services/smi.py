@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.errors import GputuiError
-from gputui.i18n import N_, _
+from gputui.i18n import N_, _, shown
 from gputui.i18n import Deferred as D
 from gputui.models import GpuSample, HostInventory, HostSample, Instance, ProcessSample
 from gputui.nvidia.diagnose import DIAGNOSES, Diagnosis, diagnose_nvidia_smi
@@ -46,6 +46,7 @@ from gputui.nvidia.nvsmi import (
     xml_samples,
 )
 from gputui.services.telemetry import read_processes
+from gputui.services.telemetry.hints import snapshot_host_hints
 from gputui.services.telemetry.vitals import read_vitals, vitals_command, vitals_json
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ __all__ = [
     "Check",
     "Snapshot",
     "evaluate_checks",
+    "format_host",
     "format_snapshot",
     "local_facts",
     "remote_facts",
@@ -129,6 +131,9 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
         "gpus": gpus,
         "processes": processes,
         "host": vitals_json(snap.host),
+        # what the host's vitals say beside the GPUs: data loading the bottleneck, a disk full
+        "hints": [{"code": h.code, "severity": h.severity, "text": str(h.text)}
+                  for h in snapshot_host_hints(snap.host, snap.samples)],
         "notes": list(snap.notes),
     }
 
@@ -177,11 +182,18 @@ def format_snapshot(snap: Snapshot) -> str:
             pid=p.pid, command=_short_cmd(p.name), memory=_num(p.used_memory_mib)))
     if not snap.samples:
         lines.append(_("no GPUs"))
-    if snap.host is not None:
-        lines.append(_host_line(snap.host))
+    lines.extend(format_host(snap))
     for note in snap.notes:
         lines.append(_("note: {note}").format(note=_shown(note)))
     return "\n".join(lines)
+
+
+def format_host(snap: Snapshot) -> list[str]:
+    """The host's vitals line and what they say (the bottleneck hint, a disk nearly full)."""
+    if snap.host is None:
+        return []
+    return [_host_line(snap.host)] + ["⚑ " + str(shown(h.text))
+                                      for h in snapshot_host_hints(snap.host, snap.samples)]
 
 
 def _host_line(host: HostSample) -> str:

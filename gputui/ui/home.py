@@ -454,6 +454,7 @@ class HomeScreen(BaseScreen):
 
     @work(group="lease", exit_on_error=False)
     async def release(self, inst: Instance, stake: object = None) -> None:
+        from gputui.format import format_small_money
         from gputui.services import at_release
 
         try:
@@ -467,7 +468,7 @@ class HomeScreen(BaseScreen):
             self.notify(_("{name} released: {total} in all").format(
                 name=inst.name, total=format_money(entry.total, entry.currency))
                 + "".join("\n" + _("run {run}: cancelled by the release, {cost}").format(
-                    run=at_release.run_label(job), cost=format_money(job.cost or 0, job.currency))
+                    run=at_release.run_label(job), cost=format_small_money(job.cost or 0, job.currency))
                     for job in cancelled))
 
     def action_stop(self) -> None:

@@ -65,7 +65,8 @@ def test_smi_local_without_nvml_is_one_diagnosis_line_and_exit_1() -> None:
     assert len(lines) == 1
     assert lines[0].startswith("gputui: NVML unavailable: ")
     assert "libnvidia-ml.so.1" in lines[0] and "not found" in lines[0] and "Fix:" in lines[0]
-    assert out.getvalue() == ""
+    # no GPUs to read, but the machine itself still can be: its host vitals on stdout
+    assert out.getvalue().startswith("host: CPU ") and " cores" in out.getvalue()
     out = io.StringIO()
     assert smi.smi_local(as_json=True, out=out, err=io.StringIO()) == 1
     data = json.loads(out.getvalue())

@@ -93,3 +93,68 @@ def test_the_runner_bounds_what_it_hands_over_per_run_and_per_instance(
     got = json.loads(capsys.readouterr().out)["tails"]
     assert len(got["3"]["lines"]) == 200 and got["3"]["lines"][-1] == "line 499"
     assert got["2"] == got["1"] == {"lines": [], "cut": True, "over_cap": True}
+
+
+async def test_a_two_second_run_never_reads_zero_after_the_release(services: Services,
+                                                                   capsys: pytest.CaptureFixture):
+    """A 2-second run on a 2 × RTX 4090 costs a fraction of a cent: `gputui jobs` read $0.00
+    for it once the instance was released (its cost was rounded to the cent when the run ended
+    and kept so), while the queue's total read <$0.01."""
+    from decimal import Decimal
+
+    from gputui.cli.jobs import print_table
+
+    inst = await rent(services, name="brief")
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("sleep 2", name="short")])
+    live = await jobs.wait(inst)
+    (run,) = live.jobs
+    assert run.status == "succeeded" and run.cost is not None
+    # the cost as worked out, not rounded away: the rate over the run's own seconds
+    seconds = Decimal(str(round(run.seconds() or 0, 3)))
+    assert run.cost == (inst.billing.price_per_hour * seconds / 3600).quantize(Decimal("1e-6"))
+    assert Decimal(0) < run.cost < Decimal("0.005")
+    await services.release(inst, "manual")
+    gone = await services.store.get_instance(inst.id)
+    view, rec = run_records.released_view(services, gone)
+    (kept,) = view.jobs
+    assert kept.cost == run.cost  # what was recorded as it ended, to the same fraction
+    capsys.readouterr()
+    print_table(view, gone)
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "short" in line)
+    assert row.rstrip().endswith("<$0.01"), row
+    assert "$0.00" not in out
+    assert "the runs cost <$0.01" in out
+
+
+def test_a_run_recorded_at_zero_by_the_old_cent_rounding_is_costed_from_its_row():
+    """Rows written before run costs kept their fractions say 0.00 for any run under ~$0.005:
+    their own rate, seconds and GPU share say what it cost."""
+    from decimal import Decimal
+
+    row = {"cost": "0.00", "rate_per_hour": "0.69250", "seconds": 2.0, "gpus": [1],
+           "gpu_count": 2}
+    assert run_records.recorded_cost(row) == Decimal("0.000192")  # 0.6925 × ½ × 2 s / 3600
+    assert run_records.recorded_cost({**row, "gpus": None}) == Decimal("0.000385")
+    assert run_records.recorded_cost({**row, "seconds": 0}) == 0  # no time: nothing spent
+    assert run_records.recorded_cost({**row, "rate_per_hour": "0"}) == 0  # a free machine
+    assert run_records.recorded_cost({**row, "cost": "0.000577"}) == Decimal("0.000577")
+    assert run_records.recorded_cost({**row, "cost": "1.25"}) == Decimal("1.25")
+
+
+def test_the_queue_total_adds_the_column_as_read():
+    from decimal import Decimal
+    from types import SimpleNamespace
+
+    from gputui.cli.jobs import summary_text
+    from gputui.services.jobs import Job, QueueView
+
+    def view(*costs: str) -> QueueView:
+        return QueueView("i", jobs=[Job(id=str(n), name="r", command="x", status="succeeded",
+                                        cost=Decimal(c)) for n, c in enumerate(costs, 1)])
+
+    inst = SimpleNamespace(name="box", billing=SimpleNamespace(currency="USD"))
+    assert "the runs cost $0.34 " in summary_text(view("0.165", "0.165"), inst)  # 0.17 + 0.17
+    assert "the runs cost <$0.01 " in summary_text(view("0.000577", "0.000192"), inst)
+    assert "the runs cost $0.01 " in summary_text(view("0.004", "0.004", "0.004"), inst)

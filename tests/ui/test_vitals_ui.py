@@ -88,3 +88,129 @@ async def test_the_host_row_and_the_full_vitals_read_right(gputui_home: Path):
         assert "disk read 182 MB/s write 1.2 MB/s" in wide
         assert "network in 5.5 MB/s out 120 kB/s" in wide
         assert "/root/autodl-tmp 92% (4.0 GiB free)" in wide
+
+
+# -- the detail view ---------------------------------------------------------------------------
+
+
+async def _detail(pilot) -> None:
+    await _vitals(pilot)
+    await pilot.press("enter")
+    await until(pilot, lambda: pilot.app.screen.detail.panels
+                and pilot.app.screen.detail.query_one("#vitals").display, "the detail's vitals")
+    await pilot.pause(0.3)
+
+
+@pytest.mark.usefixtures("utc_clock")
+def test_detail_vitals_narrow_snapshot(snap_compare, gputui_home: Path):
+    assert snap_compare(_monitor_app(gputui_home), terminal_size=NARROW, run_before=_detail)
+
+
+@pytest.mark.usefixtures("utc_clock")
+def test_detail_vitals_wide_snapshot(snap_compare, gputui_home: Path):
+    assert snap_compare(_monitor_app(gputui_home), terminal_size=WIDE, run_before=_detail)
+
+
+@pytest.mark.usefixtures("utc_clock", "zh")
+def test_zh_detail_vitals_narrow_snapshot(snap_compare, gputui_home: Path):
+    assert snap_compare(_monitor_app(gputui_home), terminal_size=NARROW, run_before=_detail)
+
+
+@pytest.mark.usefixtures("utc_clock", "zh")
+def test_zh_detail_vitals_wide_snapshot(snap_compare, gputui_home: Path):
+    assert snap_compare(_monitor_app(gputui_home), terminal_size=WIDE, run_before=_detail)
+
+
+def _lines(app) -> list[str]:
+    return screen_text(app).splitlines()
+
+
+@pytest.mark.parametrize("size", [NARROW, WIDE])
+@pytest.mark.usefixtures("utc_clock")
+async def test_the_detail_shows_every_vital_within_the_screen(gputui_home: Path, size):
+    from gputui.i18n import cell_len
+
+    app = _monitor_app(gputui_home)
+    async with app.run_test(size=size) as pilot:
+        await _detail(pilot)
+        lines = _lines(app)
+        text = " ".join(" ".join(lines).split())
+        assert "CPU" in text and "97% of 8 cores (container limit)" in text
+        assert "load 7.91 6.02 4.10" in text and "I/O wait 3%" in text
+        assert "12.5/32.0 GiB (container limit)" in text
+        assert "disk read 182 MB/s write 1.2 MB/s" in text
+        assert "network in 5.5 MB/s out 120 kB/s" in text
+        disks = next(line for line in lines if "/root/autodl-tmp 92%" in line)
+        assert "/ 27% (22.0 GiB free)" in disks and disks.rstrip().endswith("⚠")
+        # every vital on a line of its own, none cut at the edge, and the GPU and the
+        # processes still on the screen under them
+        vitals = app.screen.detail.query_one("#vitals")
+        assert vitals.region.height == (5 if size == NARROW else 4)
+        assert all(cell_len(line.rstrip()) < size[0] for line in lines)
+        assert any("GPU 0 RTX 4090" in line for line in lines)
+        assert any("python train.py" in line for line in lines)
+        assert "Disk /root/autodl-tmp is 92 % full" in text  # the warning in words
+
+
+def _idle(samples):
+    return [s.model_copy(update={"utilization_gpu": 2.0}) for s in samples]
+
+
+async def _saturated_for(pilot, start: int, seconds: int, idle: bool) -> None:
+    """Readings every 5 s for `seconds` from `start` on the telemetry's own clock: the CPUs at
+    97 % and the GPU at 2 % (`idle`) or at its fixed 86 %."""
+    from gputui.nvidia.nvsmi import xml_samples
+
+    app = pilot.app
+    clock = [0.0]
+    app.telemetry._clock = lambda: clock[0]
+    samples = xml_samples(_fixed_xml())
+    for t in range(start, start + seconds + 1, 5):
+        clock[0] = float(t)
+        app.telemetry.ingest("fixed", _idle(samples) if idle else samples, host=HOST)
+    await pilot.pause()
+
+
+@pytest.mark.usefixtures("utc_clock")
+async def test_the_hint_shows_when_the_gpus_idle_while_the_cpus_are_saturated(
+        gputui_home: Path):
+    app = _monitor_app(gputui_home)
+    async with app.run_test(size=NARROW) as pilot:
+        await _detail(pilot)
+        # the CPUs saturated while the GPU works: no bottleneck to report
+        await _saturated_for(pilot, 0, 40, idle=False)
+        app.screen.detail.refresh_for("fixed")
+        await pilot.pause()
+        assert "bottleneck" not in screen_text(app)
+        # the GPU idles for 40 s while the CPUs stay at 97 %: the hint, first among the hints
+        await _saturated_for(pilot, 200, 40, idle=True)
+        await until(pilot, lambda: "data loading is the" in " ".join(screen_text(app).split()),
+                    "the bottleneck hint")
+        text = " ".join(screen_text(app).split())
+        assert "⚑ The CPUs are saturated (97 % of 8 cores) while the GPUs idle (2 %)" in text
+        assert text.index("The CPUs are saturated") < text.index("Disk /root/autodl-tmp")
+        assert "more DataLoader workers" in text
+
+
+@pytest.mark.usefixtures("utc_clock")
+async def test_this_machine_shows_its_host_beside_its_gpus(gputui_home: Path):
+    """The Monitor's `l` (this machine through NVML, here with no GPU driver): its host row
+    on the overview and its vitals in the detail, from a fixed reading."""
+    from gputui.services.telemetry import LOCAL_ID
+
+    app = _monitor_app(gputui_home)
+    async with app.run_test(size=NARROW) as pilot:
+        app.telemetry.ingest(LOCAL_ID, [], host=HOST)
+        await pilot.press("m")
+        await until(pilot, lambda: app.screen.TITLE == "Monitor"
+                    and f"{LOCAL_ID}/host" in app.screen.query_one("#gpus").rows,
+                    "this machine's host row")
+        lines = _lines(app)
+        row = next(line for line in lines if "CPU ×8" in line)
+        assert "97%" in row and "disk 92%" in row
+        app.screen.show_detail(LOCAL_ID)
+        await until(pilot, lambda: "97% of 8 cores" in " ".join(screen_text(app).split()),
+                    "this machine's vitals")
+        text = " ".join(screen_text(app).split())
+        assert "this machine · live" in text
+        assert "/root/autodl-tmp 92% (4.0 GiB free) ⚠" in text

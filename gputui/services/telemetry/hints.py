@@ -281,6 +281,66 @@ def _fmt_kib(kib: float) -> str:
     return f"{gib:.1f} GiB" if gib >= 1 else f"{kib / 1024:.0f} MiB"
 
 
+def input_bound_hint(host: HostSample, cpu: float | None, wait: float | None, gpu: float,
+                     rules: HintRules) -> Hint | None:
+    """"Data loading is the bottleneck" when the GPUs' mean use `gpu` is low while the CPUs
+    (`cpu`, % of the cores the instance may use) are saturated or wait on I/O (`wait`)."""
+    saturated = cpu is not None and cpu >= rules.input_cpu_pct
+    waiting = wait is not None and wait >= rules.input_iowait_pct
+    if gpu >= rules.input_gpu_pct or not (saturated or waiting):
+        return None
+    cores = f"{host.cpu_cores:g}" if host.cpu_cores else "?"
+    if saturated:
+        text = D(N_("The CPUs are saturated ({cpu} of {cores} cores) while the GPUs "
+                    "idle ({gpu}): if a training job runs, data loading is the "
+                    "bottleneck — more DataLoader workers (num_workers), faster disk, "
+                    "or preprocess ahead; a bigger CPU share if the machine has one."),
+                 cpu=f"{cpu:.0f} %", cores=cores, gpu=f"{gpu:.0f} %")
+    else:
+        text = D(N_("The CPUs wait on I/O ({wait} of their time) while the GPUs idle "
+                    "({gpu}): data loading is the bottleneck — a faster disk (copy "
+                    "the data set to local NVMe), fewer, larger files, more "
+                    "DataLoader workers."),
+                 wait=f"{wait:.0f} %", gpu=f"{gpu:.0f} %")
+    return Hint("input-bound", text)
+
+
+def disk_hints(host: HostSample, rules: HintRules) -> list[Hint]:
+    """A disk nearly full: runs die writing checkpoints and logs."""
+    hints = []
+    for d in host.disks:
+        pct = d.used_pct
+        if pct is not None and pct >= rules.disk_full_pct:
+            hints.append(Hint(
+                "disk-full",
+                D(N_("Disk {mount} is {pct} full ({free} free): a run dies when it cannot "
+                     "write its checkpoint or log — delete old checkpoints and caches, or "
+                     "move data to a bigger disk."),
+                  mount=d.mount, pct=f"{pct:.0f} %", free=_fmt_kib(d.avail_kib)),
+                severity="error" if pct >= 98 else "warning",
+            ))
+    return hints
+
+
+def snapshot_host_hints(host: HostSample | None, samples: Sequence[GpuSample],
+                        rules: HintRules | None = None) -> list[Hint]:
+    """The host hints of a one-shot reading (`gputui smi`): the bottleneck hint over the
+    reading's own interval (the GPUs as read, the CPUs over the half second between the two
+    host readings) and the disks nearly full."""
+    if host is None:
+        return []
+    rules = rules or HintRules()
+    hints = []
+    utils = [s.utilization_gpu for s in samples if (s.mig_mode or "").lower() != "enabled"]
+    if utils and all(u is not None for u in utils):
+        known = [u for u in utils if u is not None]
+        hint = input_bound_hint(host, host.cpu_pct, host.iowait_pct, sum(known) / len(known),
+                                rules)
+        if hint is not None:
+            hints.append(hint)
+    return hints + disk_hints(host, rules)
+
+
 def evaluate_host_hints(
     host: HostSample | None,
     recent: Sequence[tuple[float, float | None, float | None]],
@@ -304,37 +364,10 @@ def evaluate_host_hints(
     if spans_window and window and gpu_means and len(gpu_means) == len(latest):
         cpus = [c for c, _w in window if c is not None]
         waits = [w for _c, w in window if w is not None]
-        cpu = sum(cpus) / len(cpus) if cpus else None
-        wait = sum(waits) / len(waits) if waits else None
-        gpu = sum(gpu_means) / len(gpu_means)
-        saturated = cpu is not None and len(cpus) == len(window) and cpu >= rules.input_cpu_pct
-        waiting = wait is not None and len(waits) == len(window) \
-            and wait >= rules.input_iowait_pct
-        if gpu < rules.input_gpu_pct and (saturated or waiting):
-            cores = f"{host.cpu_cores:g}" if host.cpu_cores else "?"
-            if saturated:
-                text = D(N_("The CPUs are saturated ({cpu} of {cores} cores) while the GPUs "
-                            "idle ({gpu}): if a training job runs, data loading is the "
-                            "bottleneck — more DataLoader workers (num_workers), faster disk, "
-                            "or preprocess ahead; a bigger CPU share if the machine has one."),
-                         cpu=f"{cpu:.0f} %", cores=cores, gpu=f"{gpu:.0f} %")
-            else:
-                text = D(N_("The CPUs wait on I/O ({wait} of their time) while the GPUs idle "
-                            "({gpu}): data loading is the bottleneck — a faster disk (copy "
-                            "the data set to local NVMe), fewer, larger files, more "
-                            "DataLoader workers."),
-                         wait=f"{wait:.0f} %", gpu=f"{gpu:.0f} %")
-            hints.append(Hint("input-bound", text))
-    # A disk nearly full: runs die writing checkpoints and logs
-    for d in host.disks:
-        pct = d.used_pct
-        if pct is not None and pct >= rules.disk_full_pct:
-            hints.append(Hint(
-                "disk-full",
-                D(N_("Disk {mount} is {pct} full ({free} free): a run dies when it cannot "
-                     "write its checkpoint or log — delete old checkpoints and caches, or "
-                     "move data to a bigger disk."),
-                  mount=d.mount, pct=f"{pct:.0f} %", free=_fmt_kib(d.avail_kib)),
-                severity="error" if pct >= 98 else "warning",
-            ))
+        cpu = sum(cpus) / len(cpus) if cpus and len(cpus) == len(window) else None
+        wait = sum(waits) / len(waits) if waits and len(waits) == len(window) else None
+        hint = input_bound_hint(host, cpu, wait, sum(gpu_means) / len(gpu_means), rules)
+        if hint is not None:
+            hints.append(hint)
+    hints.extend(disk_hints(host, rules))
     return hints

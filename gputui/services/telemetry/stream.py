@@ -303,6 +303,7 @@ class TelemetryService:
         w = _Watch(inst, local=True)
         self._watches[LOCAL_ID] = w
         w.stream_task = self._spawn(self._local_loop(w), "telemetry local")
+        w.host_task = self._spawn(self._local_host_loop(w), "telemetry local host")
 
     def ingest(
         self,
@@ -765,6 +766,26 @@ class TelemetryService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await w.wake.wait()
+
+    async def _local_host_loop(self, w: _Watch) -> None:
+        """This machine's vitals, read from /proc and `statvfs` in a worker thread every
+        interval (no process per tick); with or without NVML."""
+        from gputui.services.telemetry.local_vitals import LocalVitals
+
+        reader = LocalVitals()
+        while True:
+            try:
+                sample = await asyncio.to_thread(reader.read)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - never let the loop die; /proc is not ours
+                log.exception("host vitals of this machine failed")
+                sample = None
+            if self._watches.get(w.inst.id) is not w:
+                return
+            if sample is not None:
+                self._on_host(w, sample)
+            await asyncio.sleep(self.stream_interval)
 
     # -- killing a process --------------------------------------------------------------------------
 

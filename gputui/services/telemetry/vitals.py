@@ -290,8 +290,16 @@ class VitalsParser:
             return None
         if self._pending is not None:
             self._disks, self._pending = data_disks(self._pending), None
+        return self.feed_fields(_fields(line))
+
+    def feed_fields(self, fields: dict[str, str],
+                    disks: list[DiskUse] | None = None) -> HostSample | None:
+        """One reading as the `V` line's fields (`up`, `cpu`, `on`, ...: what this machine's
+        reader, `LocalVitals`, gathers from /proc itself), with the disks when read anew."""
+        if disks is not None:
+            self._disks = data_disks(disks)
         try:
-            return self._sample(_fields(line))
+            return self._sample(fields)
         except (ValueError, TypeError, ArithmeticError):
             self.skipped += 1
             return None

@@ -1,5 +1,6 @@
-"""The monitor's detail view of one instance: its state line, a diagnosis with the fix, a panel
-per GPU (bars and history), hints, and its processes."""
+"""The monitor's detail view of one instance: its state line, its host's vitals (CPU, memory,
+disk and network rates, each disk), a diagnosis with the fix, a panel per GPU (bars and
+history), hints (the host's first: what the GPUs wait on), and its processes."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from gputui.format import short_gpu
-from gputui.i18n import _, shown
-from gputui.models import Instance, LinkState
+from gputui.i18n import _, pad_cells, shown, truncate_cells
+from gputui.models import HostSample, Instance, LinkState
 from gputui.services.telemetry import LOCAL_ID
 from gputui.ui.monitor.processes import Processes
 from gputui.ui.monitor.render import (
+    HOST_HINTS,
+    bar,
     fmt_age,
+    fmt_mem,
+    fmt_rate,
     gpu_panel_text,
     hint_text,
     state_label,
@@ -57,14 +62,74 @@ def disks_line(inst: Instance) -> Text | None:
     return line if parts else None
 
 
+DISK_FULL_PCT = 90.0  # a disk at this share or more reads red, with ⚠
+
+
+def _pack(first: Text, rest: list[Text], width: int, indent: int) -> list[Text]:
+    """`first`, then each of `rest` after " · " while the line has room, else on a line of its
+    own under the figures (indented past the label)."""
+    lines = [first]
+    for part in rest:
+        if lines[-1].cell_len + 3 + part.cell_len <= width:
+            lines[-1].append(" · ")
+            lines[-1].append_text(part)
+        else:
+            lines.append(Text(" " * indent) + part)
+    return lines
+
+
+def vitals_text(host: HostSample, width: int) -> Text:
+    """The instance's host in the detail view, to fit `width` cells: CPU (of the cores it may
+    use), load and I/O wait; memory; disk and network rates; then each disk's use, a disk at
+    90 % or more in red with ⚠. A figure goes on the line before while it has room."""
+    bar_w = 20 if width >= 100 else 10
+    label_w = 6
+    cpu = Text.assemble((pad_cells("CPU", label_w), "bold"), bar(host.cpu_pct, bar_w), " ")
+    cpu.append(_("{pct} of {cores} cores").format(
+        pct=f"{host.cpu_pct:.0f}%" if host.cpu_pct is not None else "?",
+        cores=f"{host.cpu_cores:g}" if host.cpu_cores else "?"))
+    if host.cpu_limited:
+        cpu.append(" " + _("(container limit)"), style="dim")
+    cpu_rest = []
+    if host.load1 is not None:
+        cpu_rest.append(Text(_("load {values}").format(values=" ".join(
+            f"{v:.2f}" for v in (host.load1, host.load5, host.load15) if v is not None))))
+    if host.iowait_pct is not None:
+        cpu_rest.append(Text(_("I/O wait {pct}").format(pct=f"{host.iowait_pct:.0f}%"),
+                             style="bold yellow" if host.iowait_pct >= 20 else ""))
+    ram = Text.assemble((pad_cells(_("RAM"), label_w), "bold"), bar(host.mem_pct, bar_w), " ",
+                        fmt_mem(host.mem_used_mib, host.mem_total_mib, " GiB"))
+    if host.mem_limited:
+        ram.append(" " + _("(container limit)"), style="dim")
+    io = [Text(_("disk read {read} write {write}").format(
+              read=fmt_rate(host.disk_read_bps), write=fmt_rate(host.disk_write_bps))),
+          Text(_("network in {rx} out {tx}").format(rx=fmt_rate(host.net_rx_bps),
+                                                   tx=fmt_rate(host.net_tx_bps)))]
+    lines = _pack(cpu, cpu_rest, width, label_w) + _pack(ram, io, width, label_w)
+    if host.disks:
+        marks = []
+        for d in host.disks:
+            pct = d.used_pct
+            full = pct is not None and pct >= DISK_FULL_PCT
+            marks.append(Text(_("{mount} {pct} ({free} GiB free)").format(
+                mount=truncate_cells(d.mount, 28, where="middle"),
+                pct=f"{pct:.0f}%" if pct is not None else "?",
+                free=f"{d.avail_kib / 1048576:.1f}") + (" ⚠" if full else ""),
+                style="bold red" if full else ""))
+        head = Text(pad_cells(_("disks"), label_w), style="bold") + marks[0]
+        lines += _pack(head, marks[1:], width, label_w)
+    return Text("\n").join(lines)
+
+
 class Detail(Vertical):
     DEFAULT_CSS = """
     Detail { height: 1fr; display: none; }
     Detail #detail-head { height: auto; max-height: 2; padding: 0 1; }
+    Detail #vitals { height: auto; max-height: 6; padding: 0 1; display: none; }
     Detail #gpu-panels { height: auto; max-height: 60%; padding: 0 1; }
     Detail .gpu-panel { height: auto; margin-bottom: 0; }
     Detail #diag { height: auto; padding: 0 1; display: none; }
-    Detail #hints { height: auto; max-height: 4; padding: 0 1; }
+    Detail #hints { height: auto; max-height: 6; padding: 0 1; }
     """
 
     def __init__(self, monitor: MonitorScreen, **kw) -> None:
@@ -74,6 +139,7 @@ class Detail(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="detail-head")
+        yield Static("", id="vitals")
         yield Static("", id="diag")
         with VerticalScroll(id="gpu-panels", can_focus=False):
             yield Static("", id="panel-wait")
@@ -136,8 +202,17 @@ class Detail(Vertical):
         else:
             diag.display = False
 
+        vitals = self.query_one("#vitals", Static)
+        host = m.gapp.store.telemetry(iid).host if st is None or st.watching else None
+        if host is not None:
+            show(vitals, vitals_text(host, max(40, (m.size.width or 80) - 2)))
+            vitals.display = True
+        else:
+            vitals.display = False
+
         self._refresh_panels(iid, diagnosed=bool(st and st.diagnosis))
-        hints = m.hints_of(iid)
+        # the host's hints first: "data loading is the bottleneck" is why the GPUs idle
+        hints = sorted(m.hints_of(iid), key=lambda h: h.code not in HOST_HINTS)
         hint_box = self.query_one("#hints", Static)
         lines = [Text("⚑ " + hint_text(h), style="yellow") for h in hints]
         disks = disks_line(inst)
