@@ -168,6 +168,9 @@ async def measure(server: Server, work: Path, sources: list[tuple[str, Path, int
 
     rows = []
     await link.run(f"mkdir -p -- {base}")
+    conn = await link.connection()
+    print(f"{server.name}: {conn.get_extra_info('server_version')}, gputui's cipher "
+          f"{conn.get_extra_info('send_cipher')}", flush=True)
     for label, src, count in sources:
         name = src.name
         row: dict[str, Any] = {"server": server.name, "what": label}
