@@ -8,16 +8,23 @@ with mknod), and `SLURM_CONF` pointing at the folder's slurm.conf. Facts in
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from gputui.config import Config
+    from gputui.services.hub import Services
 
 SLURM_BINARIES = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "scancel", "scontrol",
                   "sinfo", "srun")
@@ -292,41 +299,104 @@ class Login:
 
 
 def start_login(root: Path, cluster: SlurmCluster, *, gpu_count: int = 2) -> Login:
-    import asyncssh
-
     from gputui.sandbox.shims.state import create_instance_dir
-    from tests.drill.sshd_host import SSHD, free_port
+    from tests.drill.sshd_host import run_sshd
 
-    assert SSHD is not None
     host = root / "node"
     create_instance_dir(host, instance_id="slurm-node", gpu_name="NVIDIA H100 80GB HBM3",
                         gpu_count=gpu_count, memory_total_mib=81559, power_limit_w=700,
                         tdp_w=700)
-    keys = root / "keys"
-    keys.mkdir(exist_ok=True)
-    host_key = asyncssh.generate_private_key("ssh-ed25519")
-    (keys / "host").write_bytes(host_key.export_private_key("openssh"))
-    (keys / "host").chmod(0o600)
-    client = asyncssh.generate_private_key("ssh-ed25519")
-    (keys / "client").write_bytes(client.export_private_key("openssh"))
-    (keys / "client").chmod(0o600)
-    (keys / "authorized_keys").write_bytes(client.export_public_key("openssh"))
-    port = free_port()
-    config = root / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
-        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {root / 'sshd.pid'}\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-        "StrictModes no\nPermitRootLogin prohibit-password\nMaxStartups 50\nMaxSessions 50\n"
+    port, client_key, host_key, proc = run_sshd(
+        root, "MaxStartups 50\nMaxSessions 50\n"
         f"SetEnv PATH={host / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin "
-        f"SLURM_CONF={cluster.conf}\n")
-    Path("/run/sshd").mkdir(exist_ok=True)
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while not _answers(port):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail("sshd (the login node) did not start")
-        time.sleep(0.05)
-    time.sleep(0.2)  # the probe counted against MaxStartups until sshd saw it closed
-    return Login(port, keys / "client", host_key, proc, host)
+        f"SLURM_CONF={cluster.conf}\n", what="sshd (the login node)")
+    return Login(port, client_key, host_key, proc, host)
+
+
+def unique_cluster(base: str) -> str:
+    """A cluster name for the config that no other test run on this machine uses at the same
+    time: the queue runners' folders are ~/.gputui/slurm/NAME in the login node's home, which is
+    this machine's real one (a fixed name would let two runs share and remove each other's)."""
+    return f"{base}{os.getpid()}"
+
+
+def runner_folder(cluster_name: str) -> Path:
+    """Where the queue runners of the config's cluster `cluster_name` live (the login node is
+    this machine, logged in as this user)."""
+    return Path.home() / ".gputui" / "slurm" / cluster_name
+
+
+def cluster_fixture(folder: str, *, nodes: int = 1, runners_of: Sequence[str] = ()) -> Any:
+    """The module-scoped fixture `cluster` (assign it: `cluster = cluster_fixture(...)`):
+    (the SlurmCluster, its Login) for the module's tests, started in a scratch folder named
+    `folder`. Afterwards, even when a test or the start failed, in this order: sshd stops, the
+    jobs are cancelled, the daemons stop, and the queue runners' folders of the config's
+    clusters `runners_of` are removed (see runner_folder)."""
+
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[SlurmCluster, Login]]:
+        root = tmp_path_factory.mktemp(folder)
+        with ExitStack() as after:
+            for name in runners_of:
+                after.callback(shutil.rmtree, runner_folder(name), ignore_errors=True)
+            made = start_cluster(root / "cluster", nodes=nodes)
+            after.callback(made.stop)
+            after.callback(made.run, "scancel", "--user=root", check=False)
+            login = start_login(root, made)
+            after.callback(login.stop)
+            yield made, login
+
+    return cluster
+
+
+def cluster_config(login: Login, clusters: dict[str, str], currency: str = "CNY") -> Config:
+    """A config with the clusters named in `clusters` (name -> price per GPU hour), each
+    reached through `login`, asking for 1 CPU and 256 MB a GPU."""
+    from gputui.config import Config
+
+    return Config.model_validate({"providers": {"slurm": {
+        name: {"login": login.line(), "price_per_gpu_hour": price, "currency": currency,
+               "cpus_per_gpu": 1, "mem_per_gpu_mb": 256}
+        for name, price in clusters.items()}}})
+
+
+def slurm_services(home: Path, config: Config, login: Login) -> Services:
+    """The services hub over the test's own state, the login node's host key pinned."""
+    from gputui.services.hub import Services
+    from gputui.store import SessionStore
+    from tests.conftest import FAST_LINKS
+
+    svc = Services(SessionStore(home / "state.db"), config, state_dir=home,
+                   link_options=dict(FAST_LINKS))
+    svc.known_hosts.add("127.0.0.1", login.port, login.host_key)
+    return svc
+
+
+async def until(ok: Callable[[], bool], timeout: float, what: str = "it") -> None:
+    """Wait (polling, 0.2 s) until `ok()`; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+def services_fixture(clusters: dict[str, str], currency: str = "CNY") -> Any:
+    """The fixture `slurm` (assign it: `slurm = services_fixture(...)`): (the services hub
+    over the test's own state, with the clusters of cluster_config all on the module's
+    `cluster`, the cluster). Afterwards the hub is closed and every allocation cancelled and
+    seen gone (the next test starts on an empty cluster)."""
+
+    @pytest.fixture
+    async def slurm(cluster: tuple[SlurmCluster, Login], gputui_home: Path
+                    ) -> AsyncIterator[tuple[Services, SlurmCluster]]:
+        made, login = cluster
+        svc = slurm_services(gputui_home, cluster_config(login, clusters, currency), login)
+        try:
+            yield svc, made
+        finally:
+            await svc.close()
+            made.run("scancel", "--user=root", check=False)
+            await until(lambda: made.jobs().strip() == "", 30, "the allocations to end")
+
+    return slurm

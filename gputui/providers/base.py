@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -139,6 +141,25 @@ class Provider:
     wipe_after_days: int | None = None
     # Where the keeper (`gputui keep`) is on for every stopped instance of this provider.
     keep_stopped: bool = False
+    # For a release proved by watching the instance go (until_gone): how long it may take to go
+    # before the release is doubted (retried by the caller, then the STILL BILLING alarm), and
+    # how often to look.
+    gone_within_s: float = 30.0
+    gone_poll_s: float = 1.0
+
+    def __init__(self, ctx: ProviderContext) -> None:
+        self.ctx = ctx
+
+    async def until_gone(self, gone: Callable[[], Awaitable[bool]]) -> bool:
+        """Ask `gone()` now and every `gone_poll_s` after: True once it says so, False when it
+        still says no after `gone_within_s`."""
+        deadline = time.monotonic() + self.gone_within_s
+        while True:
+            if await gone():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(self.gone_poll_s)
 
     # -- required ---------------------------------------------------------------------------
     async def offers(self) -> list[Offer]:

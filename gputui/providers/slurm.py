@@ -181,15 +181,14 @@ class SlurmProvider(Provider):
     capabilities = Capabilities(scheduled_release=True, power_off_stops_billing=False,
                                 tags=True)
 
-    # After scancel, how long Slurm may take to show the job ended before the release is
-    # doubted (retried by the caller, then the STILL BILLING alarm).
+    # After scancel, how long Slurm may take to show the job ended (Provider.until_gone).
     gone_within_s: float = 30.0
     gone_poll_s: float = 0.5
     # How long `boot` waits for a queued allocation to start before leaving it queued.
     start_wait_s: float = 20.0
 
     def __init__(self, ctx: ProviderContext) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.clusters: dict[str, SlurmClusterSettings] = dict(ctx.config.providers.slurm)
         self._node_counts: dict[str, int] = {}  # job -> its allocation's nodes (fixed once run)
         self._node_names: dict[str, list[str]] = {}  # job -> its nodes, in order
@@ -444,17 +443,21 @@ class SlurmProvider(Provider):
         status, out = await self._sh(cluster, f"scancel {job}")
         if status != 0 and "Invalid job id" not in out and "already completing" not in out:
             raise self._refused(cluster, "scancel", out, status)
-        deadline = time.monotonic() + self.gone_within_s
-        while True:
+        state = ""  # what Slurm last showed
+
+        async def ended() -> bool:
+            nonlocal state
             view = await self.job_view(cluster, job)
             if view is None or view.state in ENDED_STATES:
-                return
-            if time.monotonic() >= deadline:
-                raise ProviderError(Deferred(N_(
-                    "slurm {cluster}: scancel {job} ran, but Slurm still shows it {state} after "
-                    "{seconds} s"), cluster=cluster, job=job, state=view.state,
-                    seconds=f"{self.gone_within_s:.0f}"), retryable=True)
-            await asyncio.sleep(self.gone_poll_s)
+                return True
+            state = view.state
+            return False
+
+        if not await self.until_gone(ended):
+            raise ProviderError(Deferred(N_(
+                "slurm {cluster}: scancel {job} ran, but Slurm still shows it {state} after "
+                "{seconds} s"), cluster=cluster, job=job, state=state,
+                seconds=f"{self.gone_within_s:.0f}"), retryable=True)
 
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
         """Layer 2 is Slurm's time limit: `scontrol update JobId=… TimeLimit=…` (whole minutes

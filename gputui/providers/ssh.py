@@ -7,7 +7,6 @@ means `shutdown -h now` on the instance. The price and billing rule are the user
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import datetime
 from decimal import Decimal
 
@@ -25,7 +24,6 @@ from gputui.providers.base import (
     Capabilities,
     CreateRequest,
     Provider,
-    ProviderContext,
     ProviderError,
 )
 
@@ -43,9 +41,6 @@ class SshProvider(Provider):
     # that ignored it). Real hosts stop listening within seconds of `shutdown -h now`.
     gone_within_s: float = 120.0
     gone_poll_s: float = 1.0
-
-    def __init__(self, ctx: ProviderContext) -> None:
-        self.ctx = ctx
 
     async def offers(self) -> list[Offer]:
         return []  # nothing to rent: hosts are added with `gputui add-ssh`
@@ -120,13 +115,11 @@ class SshProvider(Provider):
         `gone_within_s`. A server that still greets with its SSH banner is up; one that accepts
         and closes without a banner (sshd throttling) proves nothing either way, so it is asked
         again."""
-        deadline = time.monotonic() + self.gone_within_s
-        while True:
-            if not await _ssh_answers(host, port):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(self.gone_poll_s)
+
+        async def silent() -> bool:
+            return not await _ssh_answers(host, port)
+
+        return await self.until_gone(silent)
 
     async def schedule_release(self, instance: Instance, at: datetime | None) -> bool:
         return False

@@ -195,11 +195,11 @@ class Services:
             return provider_class("sandbox")(ctx, boot_seconds=sandbox_boot_seconds)  # type: ignore[call-arg]
 
         def ssh() -> Provider:
-            return provider_class("ssh")(ctx)  # type: ignore[call-arg]
+            return provider_class("ssh")(ctx)
 
         def lambda_cloud() -> Provider | None:
             try:
-                made = provider_class("lambda")(ctx)  # type: ignore[call-arg]
+                made = provider_class("lambda")(ctx)
             except ProviderError as exc:  # e.g. a malformed base_url
                 store.notify(str(exc), "error")
                 return None
@@ -209,7 +209,7 @@ class Services:
 
         def autodl() -> Provider | None:
             try:
-                return provider_class("autodl")(ctx)  # type: ignore[call-arg]
+                return provider_class("autodl")(ctx)
             except ProviderError as exc:  # e.g. a malformed base_url or token
                 store.notify(str(exc), "error")
                 return None
@@ -223,7 +223,7 @@ class Services:
         if config.providers.autodl.wanted():  # enabled, a token in config, or AUTODL_TOKEN
             factories["autodl"] = autodl
         if config.providers.slurm:  # one or more [providers.slurm.NAME] clusters
-            factories["slurm"] = lambda: provider_class("slurm")(ctx)  # type: ignore[call-arg]
+            factories["slurm"] = lambda: provider_class("slurm")(ctx)
         self.providers = ProviderSet(factories)
 
     @cached_property

@@ -59,13 +59,15 @@ def go_down_at_power_off(host: Path, proc: subprocess.Popen) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def start_sshd(tmp_path: Path, extra: str = "", *, gpu_count: int = 1) -> SshdHost:
+def run_sshd(folder: Path, extra: str, *, what: str = "sshd"
+             ) -> tuple[int, Path, asyncssh.SSHKey, subprocess.Popen]:
+    """OpenSSH's sshd on a free port of 127.0.0.1, root logging in with a fresh key only:
+    its keys in `folder`/keys, its config `folder`/sshd_config (the common lines, then `extra`:
+    SetEnv and the like). Returns (port, the client's private key file, the host key, sshd)
+    once it answers; fails the test, saying `what` did not start, otherwise."""
     assert SSHD is not None
-    host = tmp_path / "host"
-    create_instance_dir(host, instance_id="sshd-host", gpu_name="NVIDIA A100-SXM4-80GB",
-                        gpu_count=gpu_count, memory_total_mib=81920, power_limit_w=400, tdp_w=400)
-    keys = tmp_path / "keys"
-    keys.mkdir()
+    keys = folder / "keys"
+    keys.mkdir(exist_ok=True)
     host_key = asyncssh.generate_private_key("ssh-ed25519")
     (keys / "host").write_bytes(host_key.export_private_key("openssh"))
     (keys / "host").chmod(0o600)
@@ -74,26 +76,34 @@ def start_sshd(tmp_path: Path, extra: str = "", *, gpu_count: int = 1) -> SshdHo
     (keys / "client").chmod(0o600)
     (keys / "authorized_keys").write_bytes(client.export_public_key("openssh"))
     port = free_port()
-    config = tmp_path / "sshd_config"
+    config = folder / "sshd_config"
     config.write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
-        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {tmp_path / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {folder / 'sshd.pid'}\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-        "StrictModes no\nPermitRootLogin prohibit-password\n"
-        f"SetEnv PATH={host / 'bin'}:/usr/bin:/bin\n{extra}"
+        f"StrictModes no\nPermitRootLogin prohibit-password\n{extra}"
     )
     Path("/run/sshd").mkdir(exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    while True:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 break
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"{what} did not start")
         time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("sshd did not start")
     # that probe connection counted against MaxStartups until sshd noticed it closed
     time.sleep(0.2)
+    return port, keys / "client", host_key, proc
+
+
+def start_sshd(tmp_path: Path, extra: str = "", *, gpu_count: int = 1) -> SshdHost:
+    host = tmp_path / "host"
+    create_instance_dir(host, instance_id="sshd-host", gpu_name="NVIDIA A100-SXM4-80GB",
+                        gpu_count=gpu_count, memory_total_mib=81920, power_limit_w=400, tdp_w=400)
+    port, client_key, host_key, proc = run_sshd(
+        tmp_path, f"SetEnv PATH={host / 'bin'}:/usr/bin:/bin\n{extra}")
     go_down_at_power_off(host, proc)
-    return SshdHost(port, keys / "client", host, host_key, proc)
+    return SshdHost(port, client_key, host, host_key, proc)

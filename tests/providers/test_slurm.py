@@ -5,61 +5,34 @@ sshd or root is missing (CI installs them)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from gputui.config import Config
 from gputui.models import InstanceStatus, Lease, utcnow
 from gputui.providers.base import CreateRequest
 from gputui.services.hub import Services
 from gputui.store import SessionStore
 from tests.conftest import FAST_LINKS
 from tests.drill.sshd_host import needs_sshd
-from tests.slurm_cluster import Login, SlurmCluster, needs_slurm, start_cluster, start_login
+from tests.slurm_cluster import (
+    SlurmCluster,
+    cluster_fixture,
+    needs_slurm,
+    services_fixture,
+    unique_cluster,
+    until,
+)
 
 pytestmark = [needs_slurm, needs_sshd]
 
 PRICE = Decimal("2.10")
+CLUSTER = unique_cluster("local")
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("slurm")
-    made = start_cluster(root / "cluster")
-    login = start_login(root, made)
-    yield made, login
-    login.stop()
-    made.run("scancel", "--user=root", check=False)
-    made.stop()
-
-
-def make_config(login: Login) -> Config:
-    return Config.model_validate({"providers": {"slurm": {"local": {
-        "login": login.line(), "price_per_gpu_hour": str(PRICE), "currency": "CNY",
-        "cpus_per_gpu": 1, "mem_per_gpu_mb": 256}}}})
-
-
-@pytest.fixture
-async def slurm(cluster, gputui_home: Path):
-    made, login = cluster
-    svc = Services(SessionStore(gputui_home / "state.db"), make_config(login),
-                   state_dir=gputui_home, link_options=dict(FAST_LINKS))
-    svc.known_hosts.add("127.0.0.1", login.port, login.host_key)  # the login node's key, pinned
-    yield svc, made
-    await svc.close()
-    made.run("scancel", "--user=root", check=False)
-    await _until(lambda: made.jobs().strip() == "", 30)
-
-
-async def _until(ok, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.25)
+cluster = cluster_fixture("slurm", runners_of=(CLUSTER,))
+slurm = services_fixture({CLUSTER: str(PRICE)})
 
 
 def _job_line(made: SlurmCluster, job: str) -> str:
@@ -67,7 +40,7 @@ def _job_line(made: SlurmCluster, job: str) -> str:
 
 
 async def _rent(svc: Services, count: int, after: timedelta, name: str):
-    offer = await svc.find_offer("slurm", "h100", region="local")
+    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
     request = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=name)
     lease = Lease(instance_id="pending", release_at=utcnow() + after)
     return await svc.create("slurm", offer, request, lease=lease)
@@ -77,12 +50,12 @@ async def test_offers_rent_watch_queue_extend_release(slurm):
     svc, made = slurm
     offers = await svc.offers("slurm")
     assert [(o.region, o.offer_id, o.available, o.price_per_gpu_hour, o.billing.currency)
-            for o in offers] == [("local", "slurm:local:debug:h100", True, PRICE, "CNY")]
+            for o in offers] == [(CLUSTER, f"slurm:{CLUSTER}:debug:h100", True, PRICE, "CNY")]
     assert "H100" in offers[0].gpu and "partition debug: 2 free now, up to 2 a node" in (offers[0].tier or "")
 
     inst = await _rent(svc, 2, timedelta(hours=3), "big")
     cluster_name, _sep, job = inst.provider_id.partition(":")
-    assert cluster_name == "local" and job.isdigit()
+    assert cluster_name == CLUSTER and job.isdigit()
     assert inst.status == InstanceStatus.RUNNING and inst.billing.price_per_hour == 2 * PRICE
     # Slurm holds it: its own time limit is the deadline, with the GPUs asked for
     assert _job_line(made, job) == f"RUNNING|3:00:00|gres:gpu:h100:2|gputui-{inst.id}"
@@ -140,7 +113,7 @@ async def test_offers_rent_watch_queue_extend_release(slurm):
 
 async def test_a_gpu_count_that_does_not_split_is_refused_before_slurm_sees_it(slurm):
     svc, made = slurm
-    offer = await svc.find_offer("slurm", "h100", region="local")
+    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
     with pytest.raises(Exception, match="3 GPUs do not split evenly over 2 nodes"):
         await svc.create("slurm", offer, CreateRequest(offer_id=offer.offer_id, gpu_count=3,
                                                        nodes=2, name="odd"))
@@ -155,7 +128,7 @@ async def test_time_limit_passes_with_no_gputui_running(slurm, gputui_home: Path
     await svc.close()  # no gputui process from here on
 
     # the scheduler ends it by itself (it checks limits about every 30 s)
-    await _until(lambda: _job_line(made, job).startswith("TIMEOUT|"), 150)
+    await until(lambda: _job_line(made, job).startswith("TIMEOUT|"), 150, "Slurm's TIMEOUT")
 
     later = Services(SessionStore(gputui_home / "state.db"), svc.config, state_dir=gputui_home,
                      link_options=dict(FAST_LINKS))

@@ -6,69 +6,34 @@ network namespaces)."""
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-import time
 from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
-from gputui.config import Config
 from gputui.models import InstanceStatus, Lease, utcnow
 from gputui.providers.base import CreateRequest
-from gputui.services.hub import Services
 from gputui.services.jobs import JobService, JobSpec
 from gputui.services.smi import snapshot_instance
 from gputui.services.telemetry import TelemetryService
-from gputui.store import SessionStore
-from tests.conftest import FAST_LINKS
 from tests.drill.sshd_host import needs_sshd
-from tests.slurm_cluster import SlurmCluster, start_cluster, start_login, two_nodes_reason
+from tests.slurm_cluster import (
+    SlurmCluster,
+    cluster_fixture,
+    services_fixture,
+    two_nodes_reason,
+    unique_cluster,
+    until,
+)
 
 pytestmark = [pytest.mark.skipif(two_nodes_reason() is not None,
                                  reason=two_nodes_reason() or ""), needs_sshd]
 
-CLUSTER = "twonode"
+# unique to this run: its runners' folders, ~/.gputui/slurm/CLUSTER, are removed afterwards
+CLUSTER = unique_cluster("twonode")
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("slurm2")
-    made = start_cluster(root / "cluster", nodes=2)
-    try:
-        login = start_login(root, made)
-    except BaseException:
-        made.stop()
-        raise
-    yield made, login
-    login.stop()
-    made.run("scancel", "--user=root", check=False)
-    made.stop()
-    shutil.rmtree(Path.home() / ".gputui" / "slurm" / CLUSTER, ignore_errors=True)
-
-
-@pytest.fixture
-async def slurm(cluster, gputui_home: Path):
-    made, login = cluster
-    config = Config.model_validate({"providers": {"slurm": {CLUSTER: {
-        "login": login.line(), "price_per_gpu_hour": "1.50", "currency": "USD",
-        "cpus_per_gpu": 1, "mem_per_gpu_mb": 256}}}})
-    svc = Services(SessionStore(gputui_home / "state.db"), config, state_dir=gputui_home,
-                   link_options=dict(FAST_LINKS))
-    svc.known_hosts.add("127.0.0.1", login.port, login.host_key)
-    yield svc, made
-    await svc.close()
-    made.run("scancel", "--user=root", check=False)
-    await _until(lambda: made.jobs().strip() == "", 30, "the allocations to end")
-
-
-async def _until(ok, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
+cluster = cluster_fixture("slurm2", nodes=2, runners_of=(CLUSTER,))
+slurm = services_fixture({CLUSTER: "1.50"}, currency="USD")
 
 
 def _steps(made: SlurmCluster) -> list[str]:
@@ -92,8 +57,8 @@ async def test_two_nodes_one_stream_a_node_and_runs_on_both(slurm):
     telemetry = TelemetryService(svc, svc.store, interval=0.5)
     telemetry.start(inst)
     try:
-        await _until(lambda: sorted(s.index for s in svc.store.telemetry(inst.id).latest())
-                     == [0, 1, 2, 3], 60, "samples of the four GPUs")
+        await until(lambda: sorted(s.index for s in svc.store.telemetry(inst.id).latest())
+                    == [0, 1, 2, 3], 60, "samples of the four GPUs")
         steps = _steps(made)  # the two streams (and the host vitals', on the first node)
         assert {s.split()[1] for s in steps} == {"n1", "n2"}, steps
         assert [s.split()[1] for s in steps].count("n2") == 1, steps

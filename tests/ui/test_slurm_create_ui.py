@@ -8,42 +8,32 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
 from textual.widgets import Select
 
 from gputui.app import GpuTuiApp
-from gputui.config import Config
 from gputui.models import InstanceStatus
-from gputui.services.hub import Services
-from gputui.store import SessionStore
 from gputui.ui.create import CreateScreen
-from tests.conftest import FAST_LINKS
 from tests.drill.sshd_host import needs_sshd
-from tests.slurm_cluster import needs_slurm, start_cluster, start_login
+from tests.slurm_cluster import (
+    Login,
+    cluster_config,
+    cluster_fixture,
+    needs_slurm,
+    slurm_services,
+    unique_cluster,
+)
 
 pytestmark = [needs_slurm, needs_sshd]
 
+ALPHA, BETA = unique_cluster("alpha"), unique_cluster("beta")
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("slurmui")
-    made = start_cluster(root / "cluster")
-    login = start_login(root, made)
-    yield made, login
-    login.stop()
-    made.run("scancel", "--user=root", check=False)
-    made.stop()
+cluster = cluster_fixture("slurmui", runners_of=(ALPHA, BETA))
 
 
-def make_app(home: Path, login) -> GpuTuiApp:
-    config = Config.model_validate({"providers": {"slurm": {
-        name: {"login": login.line(), "price_per_gpu_hour": price, "currency": "CNY",
-               "cpus_per_gpu": 1, "mem_per_gpu_mb": 256}
-        for name, price in (("alpha", "2.10"), ("beta", "3.00"))}}})
-    store = SessionStore(home / "state.db")
-    services = Services(store, config, state_dir=home, link_options=dict(FAST_LINKS))
-    services.known_hosts.add("127.0.0.1", login.port, login.host_key)
-    return GpuTuiApp(config=config, store=store, services=services, background=False)
+def make_app(home: Path, login: Login) -> GpuTuiApp:
+    config = cluster_config(login, {ALPHA: "2.10", BETA: "3.00"})
+    services = slurm_services(home, config, login)
+    return GpuTuiApp(config=config, store=services.store, services=services, background=False)
 
 
 async def test_new_form_cluster_and_nodes_for_slurm(cluster, gputui_home: Path):
@@ -63,14 +53,14 @@ async def test_new_form_cluster_and_nodes_for_slurm(cluster, gputui_home: Path):
         await pilot.pause()
         assert screen.query_one("#slurm-row").display
         clusters = screen.query_one("#cluster", Select)
-        assert clusters.value == "alpha"
+        assert clusters.value == ALPHA
         offers = screen.query_one("#offer", Select)
         # the GPU list is the chosen cluster's: one offer, at its price
-        assert [o.region for o in screen._cluster_offers()] == ["alpha"]
-        clusters.value = "beta"
+        assert [o.region for o in screen._cluster_offers()] == [ALPHA]
+        clusters.value = BETA
         await pilot.pause()
         [beta] = screen._cluster_offers()
-        assert beta.region == "beta" and beta.price_per_gpu_hour == Decimal("3.00")
+        assert beta.region == BETA and beta.price_per_gpu_hour == Decimal("3.00")
         offers.value = beta.offer_id
         await pilot.pause()
         screen.query_one("#count", Select).value = 2
@@ -83,7 +73,7 @@ async def test_new_form_cluster_and_nodes_for_slurm(cluster, gputui_home: Path):
         await app.workers.wait_for_complete()
         await pilot.pause()
         [inst] = app.store.instances_sync()
-        assert inst.region == "beta" and inst.gpu_count == 2
+        assert inst.region == BETA and inst.gpu_count == 2
         assert inst.status == InstanceStatus.BOOTING
         assert inst.status_detail.startswith("queued in Slurm: PartitionNodeLimit")
         job = inst.provider_id.partition(":")[2]
