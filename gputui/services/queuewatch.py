@@ -13,6 +13,9 @@ Cheap by design:
   way), and no more once the queue has ended — until a run is added again.
 - Only a process that keeps a watch (the console, the daemon) says anything: a command that
   reads a queue (`gputui jobs NAME`) prints what it always printed.
+- A queue that had already ended when this process first read it is no toast (nobody was
+  looking), but if it ended within `LATE_END_S` under `keep` the phone hears of it once: the
+  renter who queued, closed the console and started `gputui daemon` is told.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gputui.i18n import N_, Deferred, _
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gputui.queuewatch")
 
 WATCH_EVERY_S = 10.0  # a queue nothing else read meanwhile is read this often
+LATE_END_S = 3600.0  # a queue that ended this recently, told to nobody, is told to the phone
 READ_TIMEOUT_S = 30.0  # one read of a queue (over SSH): an unreachable host is not waited on
 FAILED = ("failed", "lost")
 
@@ -116,6 +121,8 @@ class QueueWatch:
             fresh = mark is not None and mark >= self.started  # queued while we watched
             before = {} if fresh else None
         now = {j.id: f"{j.status}:{j.attempt}" for j in view.jobs}
+        if before is None and view.finished and not self._ended.get(inst.id):
+            self._late_end(inst, view)
         if before is not None:
             for job in view.jobs:
                 if job.status in FAILED and before.get(job.id) != now[job.id]:
@@ -161,6 +168,25 @@ class QueueWatch:
                                    name=inst.name, tally=tally),
                           "warning" if summary.failed else "information", bell=True,
                           instance_id=inst.id)
+        self._tell_phone(inst, view)
+
+    def _late_end(self, inst: Instance, view: QueueView) -> None:
+        """A queue that ended before this process first read it (queued, then the console
+        closed, then `gputui daemon` started): no toast (nobody was looking), but the phone
+        is told once if the end is recent and nothing told it (the claim in the state database
+        keeps it once across processes and restarts)."""
+        from gputui.services.jobs import JobError, load_when_done
+
+        ends = [j.ended_at for j in view.jobs if j.ended_at is not None]
+        end = view.ended_at or (max(ends) if ends else None)
+        if end is None or (datetime.now(UTC) - end).total_seconds() > LATE_END_S:
+            return
+        try:
+            rec = load_when_done(self.services, inst.id)
+        except JobError:
+            return
+        if rec is not None and (rec.policy != "keep" or rec.pulls):
+            return  # its when-done says what it did
         self._tell_phone(inst, view)
 
     def _tell_phone(self, inst: Instance, view: QueueView) -> None:
