@@ -19,16 +19,6 @@ from gputui.providers.base import CreateRequest
 from gputui.services.hub import ServiceError, Services
 from gputui.services.notify import NotifyService
 from tests.conftest import GPUTUI, run_gputui_env
-from tests.services.notify_receiver import start_receiver
-
-
-@pytest.fixture
-def receiver():
-    rec, server = start_receiver()
-    yield rec
-    rec.release.set()
-    server.shutdown()
-    server.server_close()
 
 
 def send_to(services: Services, url: str, **kw) -> NotifyService:

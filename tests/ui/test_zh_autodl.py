@@ -23,25 +23,13 @@ from gputui.services.hub import Services
 from gputui.store import SessionStore
 from gputui.ui.widgets import TopBar
 from tests.providers.autodl_emulator import AutoDLEmulator
-from tests.providers.test_autodl_flow import attach, rent
+from tests.providers.autodl_fixtures import rent
 from tests.ui.waits import question, shown, until
 
 SIZE = (80, 24)
 
 
-@pytest.fixture
-async def emu(tmp_path: Path):
-    async with AutoDLEmulator(ssh_root=tmp_path / "boxes", creating_s=0.1, starting_s=0.1,
-                              ssh_delay=0.2, shutting_s=0.1) as e:
-        yield e
-
-
-@pytest.fixture
-async def services(gputui_home: Path, emu: AutoDLEmulator):
-    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home)
-    attach(svc, emu)
-    yield svc
-    await svc.close()
+pytestmark = pytest.mark.autodl
 
 
 def _app(svc: Services) -> GpuTuiApp:
