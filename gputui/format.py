@@ -16,7 +16,8 @@ from gputui.sanitize import has_control
 
 __all__ = ["CURRENCY_SYMBOLS", "check_label", "default_label", "end_reason_text", "fit_name",
            "format_gib", "format_money", "format_remaining", "local_clock", "round_money", "short_gpu",
-           "status_text", "status_word", "end_reason_word", "stored_text", "sum_as_shown"]
+           "status_text", "status_word", "end_reason_word", "stored_text", "sum_as_shown",
+           "run_given_name", "run_name"]
 
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "CNY": "¥", "GBP": "£"}
 
@@ -305,3 +306,15 @@ def _stored_param(key: str, value: str) -> str:
         return str(stored_text(value))
     return value
 
+
+
+def run_given_name(job_id: object, name: str | None) -> str:
+    """A queued run's own label, or "" when it was given none (the on-instance runner calls
+    such a run "run N", in English: that is no label to repeat — "run run 1 failed")."""
+    name = name or ""
+    return "" if name == f"run {job_id}" else name
+
+
+def run_name(job_id: object, name: str | None) -> str:
+    """A queued run as a list shows it: its label, or "run N" in the interface's language."""
+    return run_given_name(job_id, name) or _("run {n}").format(n=job_id)

@@ -10,6 +10,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The AutoDL emulator, its services hub and the notification receiver, shared by many modules.
+pytest_plugins = ("tests.providers.autodl_fixtures",)
+
 
 @pytest.fixture(autouse=True)
 def gputui_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -50,7 +53,16 @@ FAST_LINKS = {"connect_timeout": 5.0, "backoff_initial": 0.05, "backoff_max": 0.
 
 
 @pytest.fixture
-async def services(gputui_home: Path):
+def services(request: pytest.FixtureRequest):
+    """The services hub this test works with: the sandbox's (`sandbox_services`), or in a module
+    or test marked `autodl`, the AutoDL emulator's (`autodl_services`, from
+    tests/providers/autodl_fixtures.py)."""
+    autodl = request.node.get_closest_marker("autodl") is not None
+    return request.getfixturevalue("autodl_services" if autodl else "sandbox_services")
+
+
+@pytest.fixture
+async def sandbox_services(gputui_home: Path):
     """The services hub over this test's own state, with an instantly booting sandbox."""
     from gputui.config import Config
     from gputui.services.hub import Services

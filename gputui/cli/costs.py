@@ -47,8 +47,8 @@ def cmd_costs(args: argparse.Namespace) -> int:
         return 0
     for t in by_cur.values():
         cur = t.currency
-        print(_("{currency}: now {rate}/h · live instances {live} · today {today} · this month "
-                "{month}").format(currency=cur, rate=format_money(t.rate, cur),
+        print(_("{currency}: billing {rate}/h now · spent on live instances {live} · spent "
+                "today {today} · this month {month}").format(currency=cur, rate=format_money(t.rate, cur),
                                   live=format_money(t.accrued_live, cur),
                                   today=format_money(t.today, cur),
                                   month=format_money(t.month, cur)))
@@ -68,7 +68,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
 def _runs(store, args: argparse.Namespace) -> int:
     """Each queued run's cost: its instance's rate (its share of the GPUs) over its time."""
     from gputui.config import known_secrets
-    from gputui.format import format_elapsed, format_small_money
+    from gputui.format import format_elapsed, format_small_money, run_name
     from gputui.nvidia.nvsmi import sanitize
     from gputui.services.costs import run_rows
 
@@ -79,18 +79,21 @@ def _runs(store, args: argparse.Namespace) -> int:
     if not runs:
         print(_("No runs yet: queue some with `gputui jobs NAME add -- CMD`."))
         return 0
-    # two lines a run at 80 columns: the figures, then what ran (its command and attempt)
+    # two lines a run at 80 columns: the figures, then what ran (its command and attempt); a
+    # column as wide as its heading in this language (退出码 is 6 cells: never cut to 退…)
+    exit_w = max(4, cell_len(_("EXIT")))
     print(" ".join((pad_cells(_("INSTANCE"), 12), pad_cells(_("RUN"), 16),
                     pad_cells(_("STARTED"), 11), pad_cells(_("STATUS"), 9),
-                    pad_cells(_("EXIT"), 4, ">"), pad_cells(_("TIME"), 8, ">"),
+                    pad_cells(_("EXIT"), exit_w, ">"), pad_cells(_("TIME"), 8, ">"),
                     pad_cells(_("COST"), 9, ">"))))
     for r in runs:
         code = "-" if r.get("exit_code") is None else str(r["exit_code"])
         started = _local_time(r.get("started_at"))
         print(f"{pad_cells(truncate_cells(sanitize(r['instance'], 40), 12, where='middle'), 12)} "
-              f"{pad_cells(truncate_cells(sanitize(r['label'], 60), 16, where='middle'), 16)} "
+              f"{pad_cells(truncate_cells(sanitize(run_name(r.get('job_id'), r['label']), 60), 16, where='middle'), 16)} "
               f"{pad_cells(started, 11)} "
-              f"{pad_cells(truncate_cells(status_text(r['status']), 9), 9)} {code:>4} "
+              f"{pad_cells(truncate_cells(status_text(r['status']), 9), 9)} "
+              f"{pad_cells(code, exit_w, '>')} "
               f"{pad_cells(format_elapsed(float(r.get('seconds') or 0)), 8, '>')} "
               f"{format_small_money(Decimal(r['cost']), r['currency']):>9}")
         attempt, retries = r.get("attempt"), r.get("retries")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from gputui.cli.output import EXIT_BAD_INPUT, EXIT_ERROR, CommandError, print_json, run_async
 from gputui.errors import BadInput, one_line
-from gputui.format import status_text
+from gputui.format import run_name, status_text
 from gputui.i18n import N_, _, cell_len, ngettext, pad_cells, shown, truncate_cells
 
 POLICIES = ("release", "stop", "keep")
@@ -212,7 +212,8 @@ def print_table(view: Any, inst: Any, lease: Any = None) -> None:
         mem = f"{j.gpu_mem_max_mib:.0f}" if j.gpu_mem_max_mib is not None else "-"
         cost = format_small_money(j.cost, j.currency) if j.cost is not None else "-"
         code = str(j.exit_code) if j.exit_code is not None else "-"
-        name = pad_cells(truncate_cells(sanitize(j.name, 60), 18, where="middle"), 18)
+        name = pad_cells(truncate_cells(sanitize(run_name(j.id, j.name), 60), 18, where="middle"),
+                         18)
         print(f"{j.id:>4} {name} {pad_cells(status_text(j.status), 9)} "
               f"{pad_cells(code, exit_w, '>')} {pad_cells(format_elapsed(j.seconds()), 8, '>')} "
               f"{util:>5} {mem:>8} {cost:>9}")

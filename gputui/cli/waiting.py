@@ -11,8 +11,7 @@ from typing import Any
 
 from gputui.cli.output import EXIT_BAD_INPUT, CommandError, status_text
 from gputui.i18n import Deferred, _, ngettext, shown
-
-MAX_WAIT = timedelta(days=7)
+from gputui.services.waiting import MAX_WAIT
 
 
 def wait_limit(text: str, flag: str = "--wait") -> timedelta:

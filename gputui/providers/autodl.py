@@ -299,6 +299,7 @@ class AutoDLProvider(KeyedHttpClient, Provider):
         scheduled_release=False,  # no scheduled-shutdown endpoint exists: none is claimed
         power_off_stops_billing=True,  # billing is by power state
         account=True,
+        sold_out_refusals=True,  # 暂无库存 / 资源不足 / 售罄 (kind "stock")
         tags=True,  # instances carry our id: `find_tagged` finds a lost launch
         spot=False,
         simulated=False,

@@ -65,6 +65,7 @@ class Capabilities:
     account: bool = False  # `account()` reads a wallet (balance, vouchers)
     rentable: bool = True  # `create` rents from its offers (False: hosts are added, not rented)
     max_gpus: int = 8  # the most GPUs one instance may have (New offers no more)
+    sold_out_refusals: bool = False  # a create refused for stock says so: New can wait for a card
 
 
 @dataclass(frozen=True)

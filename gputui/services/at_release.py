@@ -70,7 +70,10 @@ class AtStake:
 
 def run_label(job: Job) -> str:
     """`2 train`: a run's id and label (as a person named it; cleaned, short)."""
-    label = truncate_cells(sanitize(job.name, 200), 24, where="middle") if job.name else ""
+    from gputui.format import run_given_name
+
+    given = run_given_name(job.id, job.name)
+    label = truncate_cells(sanitize(given, 200), 24, where="middle") if given else ""
     return f"{job.id} {label}".strip()
 
 

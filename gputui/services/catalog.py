@@ -235,7 +235,7 @@ def _as_of(row: CardRow) -> str:
 TIERS = {t: t for t in (N_("on-demand"), N_("pay-as-you-go"), N_("pay-as-you-go (older)"),
                          N_("pay-as-you-go (last seen)"), N_("marketplace"), N_("community"),
                          N_("secure"), N_("spot"), N_("serverless-flex"),
-                         N_("capacity-block"))}
+                         N_("capacity-block"), N_("simulated"))}
 
 
 def tier_text(tier: object) -> object:
@@ -666,8 +666,10 @@ def fit(
     heads: int | None = None,
     lora_rank: int | None = None,
     prices: Sequence[PriceRow] | None = None,
+    currency: str = "USD",
 ) -> FitAnswer:
-    """The estimate and every card with the fewest GPUs it fits on, cheapest first."""
+    """The estimate and every card with the fewest GPUs it fits on, cheapest first, priced in
+    `currency` (the rows priced in it)."""
     m = fit_model(
         model, params=params, layers=layers, kv_heads=kv_heads, head_dim=head_dim, heads=heads
     )
@@ -675,7 +677,8 @@ def fit(
         est = estimate_fit(m, job, precision, context, batch)
     else:
         est = estimate_fit(m, job, precision, context, batch, lora_rank=lora_rank)
-    return FitAnswer(est, cards_that_fit(est, prices=load_prices() if prices is None else prices))
+    return FitAnswer(est, cards_that_fit(est, prices=load_prices() if prices is None else prices,
+                                         currency=currency))
 
 
 def _where_opt(o: FitOption) -> str:

@@ -69,9 +69,13 @@ def local_month_start(now: datetime) -> datetime:
 
 
 def _accrued_between(inst: Instance, start: datetime, end: datetime) -> Decimal:
-    """What a live instance accrued in [start, end] (cost at end minus cost at start)."""
+    """What a live instance accrued in [start, end] (cost at end minus cost at start). One that
+    began in the period counts as its own figure reads (rounded to the cent, as Home and "live
+    instances" show it), so that a day's total is never less than the figures it holds."""
     if end <= start:
         return ZERO
+    if inst.created_at >= start:
+        return inst.accrued(end)
     before = inst.compute_cost(start) + inst.storage_cost(start) if start > inst.created_at else ZERO
     return inst.compute_cost(end) + inst.storage_cost(end) - before
 
@@ -81,6 +85,8 @@ def _entry_between(entry: LedgerEntry, start: datetime, end: datetime) -> Decima
     life = (entry.ended_at - entry.started_at).total_seconds()
     if life <= 0:
         return entry.total if start <= entry.ended_at <= end else ZERO
+    if start <= entry.started_at and entry.ended_at <= end:  # all of it: its figure as shown
+        return money(entry.total)
     overlap = (min(end, entry.ended_at) - max(start, entry.started_at)).total_seconds()
     if overlap <= 0:
         return ZERO
@@ -115,7 +121,7 @@ class Totals:
     today: Decimal
     month: Decimal
     rate: Decimal  # per hour now
-    accrued_live: Decimal  # what the live instances have cost so far
+    accrued_live: Decimal  # what the live instances have cost so far (the sum of their figures)
     currency: str = "USD"
     all_time: Decimal = ZERO  # the ledger plus what live instances have cost
 
@@ -131,7 +137,9 @@ def totals(instances: list[Instance], ledger: list[LedgerEntry], now: datetime,
     live = [i for i in instances if i.status.live and i.billing.currency == currency]
     mine = [e for e in ledger if e.currency == currency]
     ended = {e.instance_id for e in ledger}
-    accrued = money(sum((i.accrued(now) for i in live), ZERO))
+    # as the figures read (each rounded, then added: as Home's rows and the top bar add up),
+    # and the same instances as today's and this month's (one with a ledger entry counts there)
+    accrued = money(sum((i.accrued(now) for i in live if i.id not in ended), ZERO))
     return Totals(
         today=spent_between(live, mine, local_day_start(now), now),
         month=spent_between(live, mine, local_month_start(now), now),

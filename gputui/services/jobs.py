@@ -575,10 +575,12 @@ class JobService:
             _recorded.add((inst.id, job.id))
             ended = job.ended_at or job.started_at
             if job.status in ("failed", "lost"):  # the renter's phone, if they asked
+                from gputui.format import run_given_name
                 from gputui.services.hub import notify_event
                 from gputui.services.notify import run_failed
 
-                notify_event(self.services, run_failed(inst, job.name or job.id, job.exit_code,
+                notify_event(self.services, run_failed(inst, run_given_name(job.id, job.name)
+                                                       or job.id, job.exit_code,
                                                        job.id, job.attempt))
             self.store.record_run_cost_sync(inst.id, job.id, {
                 "instance_id": inst.id, "instance": inst.name, "job_id": job.id,

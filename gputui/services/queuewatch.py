@@ -146,7 +146,10 @@ class QueueWatch:
 
     def _say_failed(self, inst: Instance, job: Any) -> None:
         code = "-" if job.exit_code is None else str(job.exit_code)
-        run = f"{job.id} {job.name}".strip() if job.name else job.id
+        from gputui.format import run_given_name
+
+        given = run_given_name(job.id, job.name)  # (an unlabelled run: "run 1", not "run 1 run 1")
+        run = f"{job.id} {given}" if given else job.id
         self.store.notify(Deferred(N_("{name}: run {run} failed (exit code {code})"),
                                    name=inst.name, run=run, code=code),
                           "warning", bell=True, instance_id=inst.id)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 MIN_BACKOFF_S = 20.0  # the command's least gap between two tries
 MAX_BACKOFF_S = 120.0  # (well under the 15 minutes after which a silent record is written off)
 JITTER_S = 10.0
+MAX_WAIT = timedelta(days=7)  # the longest wait asked for (`--wait`, New's "Wait up to")
 
 Say = Callable[[str], None]
 
@@ -250,5 +251,5 @@ async def start_waiting(services: Services, inst: Instance, plan: WaitPlan, *,
         return fresh
 
 
-__all__ = ["MIN_BACKOFF_S", "WaitExpired", "WaitPlan", "command_backoff", "create_waiting",
+__all__ = ["MAX_WAIT", "MIN_BACKOFF_S", "WaitExpired", "WaitPlan", "command_backoff", "create_waiting",
            "start_waiting"]

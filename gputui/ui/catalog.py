@@ -60,6 +60,7 @@ from gputui.ui.catalog_views import (  # noqa: F401 - bar, compare_table: tested
     check_hours,
     compare_table,
     compare_view,
+    in_currency,
 )
 
 FIT_COLUMNS = [
@@ -274,12 +275,12 @@ class CatalogScreen(BaseScreen):
         if name == "fit":
             fit = self.query_one("#fit-table", DataTable)
             for key, label in FIT_COLUMNS:
-                fit.add_column(_(label), key=key)
+                fit.add_column(in_currency(label, self.currency), key=key)
             self.update_fit()
         elif name == "cost":
             cost = self.query_one("#cost-table", DataTable)
             for key, label in COST_COLUMNS:
-                cost.add_column(_(label), key=key)
+                cost.add_column(in_currency(label, self.currency), key=key)
             self.update_cost()
         else:
             self.update_compare()
@@ -347,9 +348,8 @@ class CatalogScreen(BaseScreen):
         table.add_column(" ", key="mark")
         active = svc.get_column(self.sort_key)
         for col in svc.COLUMNS:
-            label = _(col.label) + (f" {self._arrow()}" if col is active else "")
-            if self.currency == "CNY":
-                label = label.replace("$", "¥")
+            label = in_currency(col.label, self.currency) + (
+                f" {self._arrow()}" if col is active else "")
             table.add_column(label, key=col.key)
         for card in self.cards:
             texts = [str(shown(col.show(card))) for col in svc.COLUMNS]
@@ -369,6 +369,11 @@ class CatalogScreen(BaseScreen):
         money = self.gapp.config.money
         return svc.rows_in_currency(self.rows, self.currency, money.cny_per_usd, money.rate_note)
 
+    def _tab_rows(self) -> list[PriceRow]:
+        """The Fit and Cost tabs' rows: each in its own currency in the $ view (as ever), all in
+        ¥ in the ¥ view (converted only through the configured rate), as the Cards tab."""
+        return self.rows if self.currency == "USD" else self._view_rows()
+
     def action_currency(self) -> None:
         self.currency = "CNY" if self.currency == "USD" else "USD"
         money = self.gapp.config.money
@@ -379,6 +384,16 @@ class CatalogScreen(BaseScreen):
         self.notify(_("prices in {symbol}: {how}").format(
             symbol="¥" if self.currency == "CNY" else "$", how=how))
         self.refresh_cards()
+        # the other tabs in the same currency, their headings with it
+        for name, columns in (("fit", FIT_COLUMNS), ("cost", COST_COLUMNS)):
+            if name in self._built:
+                table = self.query_one(f"#{name}-table", DataTable)
+                table.clear(columns=True)
+                for key, label in columns:
+                    table.add_column(in_currency(label, self.currency), key=key)
+        self.update_fit()
+        self.update_cost()
+        self.update_compare()
 
     def _arrow(self) -> str:
         return "▼" if svc.get_column(self.sort_key).descending != self.sort_reverse else "▲"
@@ -387,7 +402,8 @@ class CatalogScreen(BaseScreen):
         col = svc.get_column(self.sort_key)
         parts = [
             _("{shown}/{total} cards").format(shown=len(self.cards), total=len(self.specs)),
-            _("by {column} {arrow}").format(column=_(col.label), arrow=self._arrow()),
+            _("by {column} {arrow}").format(column=in_currency(col.label, self.currency),
+                                            arrow=self._arrow()),
         ]
         if self.marked:
             parts.append(_("{n} marked").format(n=len(self.marked)))
@@ -660,7 +676,7 @@ class CatalogScreen(BaseScreen):
         # own size is 0 until its first layout, and which of the two an update saw depended on
         # timing (the bars' lengths with it)
         width = (self.size.width or self.app.size.width) - 2
-        body.update(compare_view(cards, width - 2))
+        body.update(compare_view(cards, width - 2, self.currency))
 
     def on_resize(self) -> None:
         super().on_resize()
@@ -719,7 +735,8 @@ class CatalogScreen(BaseScreen):
                 layers=self._int("#fit-layers", None) if custom else None,
                 kv_heads=self._int("#fit-kv", None) if custom else None,
                 head_dim=self._int("#fit-hd", None) if custom else None,
-                prices=self.rows,
+                prices=self._tab_rows(),
+                currency=self.currency,
             )
         except (CatalogError, ValueError) as exc:
             self.fit_answer = None
@@ -743,7 +760,7 @@ class CatalogScreen(BaseScreen):
             table.add_row(
                 short_gpu(o.name),
                 Text(count, justify="right"),
-                Text(svc._money(o.hourly), justify="right"),
+                Text(svc._money(o.hourly, currency=self.currency), justify="right"),
                 shown(o.quote.row.label) if o.quote
                 else (_("no price") if o.fits else _("does not fit")),
                 o.quote.row.as_of if o.quote else "—",
@@ -840,7 +857,7 @@ class CatalogScreen(BaseScreen):
                 raise CatalogError(_("GPUs must be a whole number (got {value})").format(
                     value=repr(count_raw))) from None
             hours = check_hours(self.query_one("#cost-hours", Input).value)
-            answer = svc.cost(str(card), count=count, hours=hours, prices=self.rows)
+            answer = svc.cost(str(card), count=count, hours=hours, prices=self._tab_rows())
         except (CatalogError, ValueError, ArithmeticError) as exc:
             self.cost_answer = None
             error.update(f"⚠ {shown(exc)}")

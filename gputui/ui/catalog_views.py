@@ -108,11 +108,18 @@ FIGURES = [
 ]
 
 
-def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
+def in_currency(label: str, currency: str) -> str:
+    """A heading in the interface's language, its "$" the view's currency sign (¥ view:
+    "¥/GPU·h", "¥/卡·时")."""
+    text = _(label)
+    return text.replace("$", "¥") if currency == "CNY" else text
+
+
+def compare_table(cards: Sequence[svc.CardRow], width: int, currency: str = "USD") -> Table:
     """The marked cards side by side: a row per figure, a bar per card scaled to the largest
     of the row (so lengths compare), the best of each row in bold with ◆."""
     n = max(1, len(cards))
-    label_w = max(15, *(cell_len(_(label)) for label, *_rest in FIGURES))
+    label_w = max(15, *(cell_len(in_currency(label, currency)) for label, *_rest in FIGURES))
     value_w = 8
     cell = max(10, min((width - label_w - 2) // n - 1, MAX_BAR + value_w + 2))
     bar_w = max(2, cell - value_w - 2)
@@ -135,13 +142,14 @@ def compare_table(cards: Sequence[svc.CardRow], width: int) -> Table:
             text.append(" " + show(c).rjust(value_w - 1), style="bold" if is_best else "")
             text.append("◆" if is_best else " ")
             cells.append(text)
-        table.add_row(Text(pad_cells(_(label), label_w)), *cells)
+        table.add_row(Text(pad_cells(in_currency(label, currency), label_w)), *cells)
     return table
 
 
-def compare_view(cards: Sequence[svc.CardRow], width: int) -> Group:
+def compare_view(cards: Sequence[svc.CardRow], width: int, currency: str = "USD") -> Group:
     """The compare table and, under it, what the marks mean and where each price is from."""
-    notes = Text(_("Lower is better for TDP and the $ rows; ◆ = best of the row."), style="dim")
+    notes = Text(in_currency(N_("Lower is better for TDP and the $ rows; ◆ = best of the row."),
+                             currency), style="dim")
     for c in cards:
         if c.lowest:
             notes.append(
@@ -158,4 +166,4 @@ def compare_view(cards: Sequence[svc.CardRow], width: int) -> Group:
         "\n" + _("Prices: {note}. Tensor figures are dense (no sparsity).").format(
             note=_(svc.PRICE_NOTE)), style="dim"
     )
-    return Group(compare_table(cards, width), Text(""), notes)
+    return Group(compare_table(cards, width, currency), Text(""), notes)

@@ -1,9 +1,12 @@
 """New instance: provider, offer, GPUs, image, disk, label, and the release timer — with the cost
-up to the release time shown before anything is rented."""
+up to the release time shown before anything is rented. Where a provider says when a card is sold
+out (AutoDL), "Wait up to" keeps trying for that long (services/waiting.py, as `create --wait`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import asyncio
+import time
+from datetime import datetime, timedelta
 
 from rich.markup import escape
 from textual import on, work
@@ -13,15 +16,15 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from gputui.format import default_label, format_money, format_remaining, gpu_name
-from gputui.i18n import N_, _, shown, truncate_cells
-from gputui.models import Lease, Offer
+from gputui.i18n import N_, _, ngettext, shown, truncate_cells
+from gputui.models import InstanceStatus, Lease, Offer
+from gputui.services.waiting import MAX_WAIT, MIN_BACKOFF_S, WaitPlan, command_backoff
 from gputui.ui.base import BaseScreen
 from gputui.ui.dialogs import ConfirmScreen, parse_release, passed_clock_time
 from gputui.ui.widgets import Note, TickBox
 
 COUNTS = [1, 2, 4, 8]
 NODES = [1, 2, 3, 4, 8]  # a Slurm allocation's --nodes (the GPUs are split over them)
-_DIM = "[dim]{}[/dim]"  # markup only
 # what services.create reports (English words), as the progress line shows them
 STEPS = {"requested": N_("requested"), "booting": N_("booting"), "running": N_("running"),
          "arming the release timer": N_("arming the release timer")}
@@ -40,7 +43,7 @@ class CreateScreen(BaseScreen):
     TITLE = N_("New instance")
     BINDINGS = [
         Binding("ctrl+s", "create", N_("Create")),
-        Binding("escape", "app.goto('home')", N_("Back"), show=False),
+        Binding("escape", "back", N_("Back"), show=False),  # while waiting: stop waiting
     ]
     DEFAULT_CSS = """
     CreateScreen #form { padding: 0 1; height: auto; max-height: 60%; }
@@ -62,12 +65,17 @@ class CreateScreen(BaseScreen):
     CreateScreen #summary { padding: 0 1; height: auto; }
     CreateScreen #error { color: $error; text-style: bold; padding: 0 1; height: auto; }
     CreateScreen #progress { color: $success; text-style: bold; padding: 0 1; height: auto; }
+    CreateScreen #wait { width: 16; }
+    CreateScreen #wait-note { width: 1fr; color: $text-muted; padding-left: 1; }
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.offers: list[Offer] = []
         self.busy = False
+        self.waiting: WaitPlan | None = None  # while a "Wait up to" rental waits for a card
+        self._next_try: float | None = None  # (monotonic) when the next try is made
+        self._waited_gpu = ""
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="form"):
@@ -110,6 +118,7 @@ class CreateScreen(BaseScreen):
                 # (the "%" goes in as a value: "% f" would read as a printf placeholder)
                 yield Static(_("optional: all GPUs under util {pct} for N min").format(pct="%"),
                              id="idle-note")
+            yield from self.compose_wait_row()
         # outside the scrolling form: what a key did is always in view
         with VerticalScroll(id="outcome", can_focus=False):
             yield Note("", id="error")
@@ -120,11 +129,13 @@ class CreateScreen(BaseScreen):
         super().on_mount()
         self.query_one("#release", Input).value = self.gapp.config.lease.default_release
         self.load_offers()
+        self.show_wait_row()
         self.query_one("#offer", Select).focus()
 
     @on(Select.Changed, "#provider")
     def provider_changed(self) -> None:
         self.load_offers()
+        self.show_wait_row()
 
     @work(exclusive=True, group="offers", exit_on_error=False)
     async def load_offers(self) -> None:
@@ -244,7 +255,7 @@ class CreateScreen(BaseScreen):
         self.query_one("#no-timer", Checkbox).value = False
         self.query_one("#disk", Input).value = "50"
         self.query_one("#name", Input).value = ""
-        for sel in ("#idle-util", "#idle-minutes"):
+        for sel in ("#idle-util", "#idle-minutes", "#wait"):
             self.query_one(sel, Input).value = ""
         self.query_one("#error", Static).update("")
 
@@ -331,13 +342,10 @@ class CreateScreen(BaseScreen):
                 price=format_money(rule.storage_per_gb_month, rule.currency))
                if rule.storage_per_gb_month else ""),
         ]
-        if offer.source:
-            source = truncate_cells(offer.source, 60 if known else 90)
-            if known:
-                lines.append(_("[dim]list price from {source}{date}[/dim]").format(
-                    source=escape(source), date=f" ({offer.as_of})" if offer.as_of else ""))
-            else:
-                lines.append(_DIM.format(escape(source)))
+        if offer.source and known:  # (unknown: the line below says so in the interface's words)
+            source = truncate_cells(offer.source, 60)
+            lines.append(_("[dim]list price from {source}{date}[/dim]").format(
+                source=escape(source), date=f" ({offer.as_of})" if offer.as_of else ""))
         problems: list[str] = []
         try:
             release_at = self._release_at(now)
@@ -372,6 +380,15 @@ class CreateScreen(BaseScreen):
                         when=_weekday_time(release_at), left=format_remaining(seconds),
                         cost=format_money(projected, rule.currency))
                 )
+        try:
+            limit = self.wait_limit()
+        except ValueError as exc:
+            problems.append(str(shown(exc)))
+            limit = None
+        if limit is not None:
+            lines.append(_("If it is sold out: tries again for up to {limit}, at least {gap} s "
+                           "apart; Esc stops waiting").format(
+                limit=format_remaining(limit.total_seconds()), gap=f"{MIN_BACKOFF_S:.0f}"))
         error.update(escape("\n".join(problems)))
         summary.update("\n".join(lines))
 
@@ -420,8 +437,28 @@ class CreateScreen(BaseScreen):
                 return
         try:
             disk = self._disk()
+            limit = self.wait_limit()
         except ValueError as exc:
             error.update(escape(str(shown(exc))))
+            return
+        if limit is not None:  # (the row is there only where the provider can say "sold out")
+            lease = Lease(instance_id="pending", release_at=release_at,
+                          no_timer_confirmed=release_at is None,
+                          idle_util_pct=idle_util, idle_minutes=idle_minutes)
+            relative = release_at is not None and ":" not in self.query_one("#release",
+                                                                            Input).value
+            span = release_at - self.gapp.now() if relative and release_at else None
+            if release_at is None:
+                def confirmed_waiting(yes: bool | None) -> None:
+                    if yes:
+                        self.rent_waiting(offer, lease, disk, limit, None)
+
+                self.app.push_screen(ConfirmScreen(
+                    _("[b]No release timer[/b]\n\nThis instance will bill until you release it "
+                      "by hand. It will carry a warning badge for as long as it runs."),
+                    _("Rent without a timer"), _("Go back")), confirmed_waiting)
+                return
+            self.rent_waiting(offer, lease, disk, limit, span)
             return
         lease = Lease(instance_id="pending", release_at=release_at,
                       no_timer_confirmed=release_at is None,
@@ -489,6 +526,153 @@ class CreateScreen(BaseScreen):
         self.query_one("#progress", Static).update("")
         self.app.call_later(self.gapp.action_goto, "home")
 
+    # -- waiting for a sold-out card ("Wait up to", where the provider says "sold out") ---------
+
+    #: the gap after each refused try (tests make it short; never under 20 s here otherwise),
+    #: and the clock the time left is counted on (a snapshot stops it)
+    wait_backoff = staticmethod(command_backoff)
+    wait_clock = staticmethod(time.monotonic)
+
+    def compose_wait_row(self) -> ComposeResult:
+        with Horizontal(classes="row", id="wait-row"):
+            yield Label(_("Wait up to"))
+            yield Input(id="wait", compact=True, placeholder=_("e.g. 2h"))
+            yield Static(_("optional: if the card is sold out, keep trying this long"),
+                         id="wait-note")
+
+    def show_wait_row(self) -> None:
+        """The row only where a create refused for stock says so (AutoDL)."""
+        can = self.gapp.services.capabilities(self.provider_name()).sold_out_refusals
+        self.query_one("#wait-row").display = can
+        if not can:
+            self.query_one("#wait", Input).value = ""
+
+    def wait_limit(self) -> timedelta | None:
+        """How long to wait for a sold-out card (None: no waiting), or ValueError with the
+        sentence to show."""
+        from gputui.config import parse_duration
+
+        if not self.query_one("#wait-row").display:
+            return None
+        text = self.query_one("#wait", Input).value.strip()
+        if not text:
+            return None
+        try:
+            limit = parse_duration(text)
+        except ValueError as exc:
+            raise ValueError(_("Wait up to: {problem}").format(problem=shown(exc))) from None
+        if not timedelta(seconds=1) <= limit <= MAX_WAIT:
+            raise ValueError(_("Wait up to: wait between 1 s and {days} days, not {value}")
+                             .format(days=MAX_WAIT.days, value=repr(text)))
+        return limit
+
+    def action_back(self) -> None:
+        """Esc: while waiting for a card, stop waiting (nothing is rented); else back Home."""
+        if self.waiting is not None:
+            self.workers.cancel_group(self, "create")
+            return
+        self.gapp.action_goto("home")
+
+    def _wait_line(self) -> None:
+        """The tries so far and the time left, each second while waiting."""
+        plan = self.waiting
+        if plan is None or plan.started is None:
+            return
+        left = format_remaining(max(0.0, plan.left()))
+        now = plan.clock()
+        if self._next_try is not None and self._next_try > now:
+            text = _("No {gpu} free yet: {tries} · next try in {seconds} s · {left} left · "
+                     "Esc stops waiting").format(
+                gpu=escape(self._waited_gpu), tries=_tries(plan.tries),
+                seconds=f"{self._next_try - now:.0f}", left=left)
+        else:
+            text = _("Asking for a {gpu}: try {n} · {left} left · Esc stops waiting").format(
+                gpu=escape(self._waited_gpu), n=plan.tries, left=left)
+        self.query_one("#progress", Static).update(text)
+
+    def _stopped_waiting(self, tries: int, name: str) -> str:
+        """What Esc did: its record ended as failed (stopped between tries: nothing was
+        rented), or it is kept (stopped while the provider was asked: found by name later)."""
+        mine = [i for i in self.gapp.services.store.instances_sync() if i.name == name]
+        record = max(mine, key=lambda i: i.created_at, default=None)
+        if record is None or record.status == InstanceStatus.FAILED:
+            return _("Stopped waiting for a card after {tries}: nothing was rented.").format(
+                tries=_tries(tries))
+        return _("Stopped waiting during try {n}, while the provider was asked: Home lists "
+                 "{name} until its answer is known (if it was made, it is rented).").format(
+            n=tries, name=escape(name))
+
+    @work(exclusive=True, group="create", exit_on_error=False)
+    async def rent_waiting(self, offer: Offer, lease: Lease, disk: float, limit: timedelta,
+                           span: timedelta | None) -> None:
+        """Rent, and while the provider says the card is sold out, try again after the backoff
+        until `limit` (each try a create that is refused or exists: never two). `span`: a
+        relative release timer, counted from the try that rents."""
+        from gputui.services.hub import CreateRequest
+        from gputui.services.waiting import WaitExpired, create_waiting
+
+        progress = self.query_one("#progress", Static)
+        error = self.query_one("#error", Static)
+        name = self.query_one("#name", Input).value.strip() or self._default_name(offer)
+        count = _count(self.query_one("#count", Select).value)
+        image = self.query_one("#image", Select).value
+
+        async def sleep(delay: float) -> None:
+            self._next_try = plan.clock() + delay
+            self._wait_line()
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._next_try = None
+            self._wait_line()
+
+        plan = WaitPlan(limit=limit, backoff=self.wait_backoff, sleep=sleep,
+                        clock=self.wait_clock)
+        steps: list[str] = []
+
+        def say(step: str) -> None:
+            if step in STEPS:  # the tries are told by the line each second
+                steps.append(step)
+                if step != "requested":
+                    progress.update(" → ".join(_(STEPS[s]) for s in steps) + " …")
+
+        self.busy, self.waiting, self._waited_gpu = True, plan, gpu_name(offer.gpu)
+        error.update("")
+        ticker = self.set_interval(1.0, self._wait_line)
+        try:
+            request = CreateRequest(offer_id=offer.offer_id, gpu_count=count, name=name,
+                                    disk_gb=disk, image=image if isinstance(image, str) else None)
+            try:
+                inst = await create_waiting(self.gapp.services, offer.provider, offer, request,
+                                            plan, lease=lease, keep_span=span, progress=say)
+            finally:
+                ticker.stop()
+                self.waiting = None
+            progress.update(" → ".join(_(STEPS[s]) for s in steps)
+                            + " → " + _(STEPS["arming the release timer"]) + " …")
+            await self.gapp.leases.arm(inst)
+        except asyncio.CancelledError:
+            self.busy = False
+            progress.update("")
+            error.update(self._stopped_waiting(plan.tries, name))
+            raise
+        except WaitExpired as exc:
+            self.busy = False
+            progress.update("")
+            error.update(escape(str(shown(exc))))
+            return
+        except Exception as exc:
+            self.busy = False
+            progress.update("")
+            error.update(_("Could not create: {error}").format(error=escape(str(shown(exc)))))
+            return
+        self.busy = False
+        self.notify(_("{name} is running: {count}× {gpu}").format(
+            name=inst.name, count=count, gpu=gpu_name(offer.gpu)), title=_("Created"))
+        self.reset_form()
+        progress.update("")
+        self.app.call_later(self.gapp.action_goto, "home")
+
 
 BILLED = {"second": N_("billed per second"), "minute": N_("billed per minute"),
           "hour": N_("billed per hour")}
@@ -500,6 +684,11 @@ def _weekday_time(when: datetime) -> str:
     """'Sun 14:00' in the local time zone, the weekday in the interface language."""
     local = when.astimezone()
     return f"{_(WEEKDAYS[local.weekday()])} {local:%H:%M}"
+
+
+def _tries(n: int) -> str:
+    """"1 try" / "3 tries"."""
+    return ngettext("{n} try", "{n} tries", n).format(n=n)
 
 
 def _count(value: object) -> int:

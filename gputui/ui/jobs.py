@@ -21,7 +21,7 @@ from textual.coordinate import Coordinate
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, RichLog, Static
 
-from gputui.format import format_elapsed, format_small_money, status_text
+from gputui.format import format_elapsed, format_small_money, run_name, status_text
 from gputui.i18n import N_, _, cell_len, shown, truncate_cells
 from gputui.models import Instance
 from gputui.store import InstanceChanged
@@ -137,7 +137,7 @@ class JobsScreen(BaseScreen):
         Binding("a", "add", N_("Add run")),
         Binding("x", "cancel_run", N_("Cancel run")),
         Binding("r", "retry", N_("Retry")),
-        Binding("p", "pull", N_("Pull")),
+        Binding("p", "pull", N_("Pull results")),  # (files: 取回, not the 拉取 of a model)
         Binding("w", "when_done", N_("When done")),
         Binding("i", "next_instance", N_("Instance")),
     ]
@@ -301,7 +301,7 @@ class JobsScreen(BaseScreen):
             "id": job.id,
             # the user's label, never markup; cut by cells in the middle (a sweep's labels
             # differ at the end) so that the cost column stays on an 80-column screen
-            "name": Text(truncate_cells(job.name, NAME_CELLS, where="middle")),
+            "name": Text(truncate_cells(run_name(job.id, job.name), NAME_CELLS, where="middle")),
             "status": Text(status_text(job.status), style=STATUS_STYLE.get(job.status, "")),
             "exit": "-" if job.exit_code is None else str(job.exit_code),
             "time": format_elapsed(job.seconds(self.gapp.now())),

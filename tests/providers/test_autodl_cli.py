@@ -19,7 +19,7 @@ from gputui.services.hub import Services
 from gputui.store import SessionStore
 from tests.conftest import GPUTUI, run_gputui_env
 from tests.providers.autodl_emulator import TEST_TOKEN, AutoDLEmulator
-from tests.providers.test_autodl_flow import attach
+from tests.providers.autodl_fixtures import attach
 
 
 @pytest.fixture

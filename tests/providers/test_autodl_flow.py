@@ -16,48 +16,18 @@ from pathlib import Path
 import pytest
 
 from gputui.config import Config
-from gputui.models import Instance, InstanceStatus, Lease, utcnow
-from gputui.providers.autodl import AutoDLProvider
-from gputui.providers.base import CreateRequest, ProviderContext
+from gputui.models import InstanceStatus, Lease, utcnow
+from gputui.providers.base import CreateRequest
 from gputui.services.hub import Services
 from gputui.services.leases import LeaseService
 from gputui.services.views import instance_view
 from gputui.store import SessionStore
 from tests.providers.autodl_emulator import TEST_TOKEN, AutoDLEmulator
+from tests.providers.autodl_fixtures import attach, rent
 
-FAST = dict(token=TEST_TOKEN, env={}, poll_interval=0.05, backoff=0.01, backoff_max=0.05,
-            timeout=5.0, max_attempts=4, ssh_first_wait=0.1, ssh_timeout=60, find_interval=0.05,
-            stop_timeout=20)
-
-
-def attach(svc: Services, emu: AutoDLEmulator, **kw: object) -> AutoDLProvider:
-    ctx = ProviderContext(svc.state_dir, svc.config, svc)
-    provider = AutoDLProvider(ctx, base_url=emu.base_url, **{**FAST, **kw})
-    svc.providers["autodl"] = provider
-    return provider
-
-
-@pytest.fixture
-async def emu(tmp_path: Path):
-    async with AutoDLEmulator(ssh_root=tmp_path / "autodl-boxes", creating_s=0.2,
-                              starting_s=0.2, ssh_delay=0.8, shutting_s=0.2) as e:
-        yield e
-
-
-@pytest.fixture
-async def services(gputui_home: Path, emu: AutoDLEmulator):
-    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
-                   link_options={"connect_timeout": 5.0, "backoff_initial": 0.05,
-                                 "backoff_max": 0.2})
-    attach(svc, emu)
-    yield svc
-    await svc.close()
-
-
-async def rent(svc: Services, lease: Lease | None = None, name: str = "job") -> Instance:
-    offer = await svc.find_offer("autodl", "4090 D")
-    req = CreateRequest(offer_id=offer.offer_id, name=name)
-    return await svc.create("autodl", offer, req, lease=lease)
+pytestmark = [pytest.mark.autodl,
+              pytest.mark.autodl_emu(creating_s=0.2, starting_s=0.2, ssh_delay=0.8,
+                                     shutting_s=0.2)]
 
 
 async def until(cond, what: str, timeout: float = 20.0):  # noqa: ANN001

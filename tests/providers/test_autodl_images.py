@@ -22,8 +22,8 @@ from gputui.services.hub import Services
 from gputui.store import SessionStore
 from tests.conftest import GPUTUI
 from tests.providers.autodl_emulator import AutoDLEmulator
+from tests.providers.autodl_fixtures import attach
 from tests.providers.test_autodl_cli import env_for, gputui, one_line_exit_2
-from tests.providers.test_autodl_flow import attach
 
 BASE_ID = "base-image-l2t43iu6uk"
 BASE_NAME = "PyTorch 2.0.0 · CUDA 11.8 · Python 3.8"

@@ -6,45 +6,20 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
-from gputui.config import Config, NotifySettings
+from gputui.config import NotifySettings
 from gputui.models import Lease, utcnow
 from gputui.services.hub import Services
 from gputui.services.leases import LeaseService
 from gputui.services.notify import NotifyService
-from gputui.store import SessionStore
 from tests.providers.autodl_emulator import AutoDLEmulator
-from tests.providers.test_autodl_flow import attach, rent
-from tests.services.notify_receiver import start_receiver
+from tests.providers.autodl_fixtures import rent
 
-
-@pytest.fixture
-async def emu(tmp_path: Path):
-    async with AutoDLEmulator(ssh_root=tmp_path / "autodl-boxes", creating_s=0.2,
-                              starting_s=0.2, ssh_delay=0.8, shutting_s=0.2) as e:
-        yield e
-
-
-@pytest.fixture
-async def services(gputui_home: Path, emu: AutoDLEmulator):
-    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
-                   link_options={"connect_timeout": 5.0, "backoff_initial": 0.05,
-                                 "backoff_max": 0.2})
-    attach(svc, emu)
-    yield svc
-    await svc.close()
-
-
-@pytest.fixture
-def receiver():
-    rec, server = start_receiver()
-    yield rec
-    rec.release.set()
-    server.shutdown()
-    server.server_close()
+pytestmark = [pytest.mark.autodl,
+              pytest.mark.autodl_emu(creating_s=0.2, starting_s=0.2, ssh_delay=0.8,
+                                     shutting_s=0.2)]
 
 
 def send_to(services: Services, url: str, **settings) -> NotifyService:

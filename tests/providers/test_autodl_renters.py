@@ -33,35 +33,11 @@ from gputui.services.waiting import (
 from gputui.store import SessionStore
 from tests.conftest import GPUTUI
 from tests.providers.autodl_emulator import AutoDLEmulator
+from tests.providers.autodl_fixtures import attach, rent
 from tests.providers.test_autodl_cli import env_for, gputui
-from tests.providers.test_autodl_flow import attach, rent
-from tests.services.notify_receiver import start_receiver
 
-
-@pytest.fixture
-async def emu(tmp_path: Path):
-    async with AutoDLEmulator(ssh_root=tmp_path / "autodl-boxes", creating_s=0.1,
-                              starting_s=0.1, ssh_delay=0.3, shutting_s=0.1) as e:
-        yield e
-
-
-@pytest.fixture
-async def services(gputui_home: Path, emu: AutoDLEmulator):
-    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home,
-                   link_options={"connect_timeout": 5.0, "backoff_initial": 0.05,
-                                 "backoff_max": 0.2})
-    attach(svc, emu)
-    yield svc
-    await svc.close()
-
-
-@pytest.fixture
-def receiver():
-    rec, server = start_receiver()
-    yield rec
-    rec.release.set()
-    server.shutdown()
-    server.server_close()
+pytestmark = [pytest.mark.autodl,
+              pytest.mark.autodl_emu(ssh_delay=0.3)]
 
 
 def tiny(limit: float = 30.0) -> WaitPlan:

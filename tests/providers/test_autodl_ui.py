@@ -18,7 +18,7 @@ from gputui.services.hub import Services
 from gputui.store import SessionStore
 from gputui.ui.widgets import TopBar
 from tests.providers.autodl_emulator import AutoDLEmulator
-from tests.providers.test_autodl_flow import attach
+from tests.providers.autodl_fixtures import attach
 
 
 @pytest.fixture

@@ -177,3 +177,81 @@ def test_costs_command_exports(gputui_home: Path):
     assert row["name"] == "exp" and row["running"] is True and "accrued" in row
     out = subprocess.run([*GPUTUI, "costs", "--csv"], capture_output=True, text=True, env=env)
     assert out.stdout.splitlines()[0].startswith("instance_id,name,provider,gpu")
+
+
+def test_today_never_reads_less_than_the_live_figures_it_holds(gputui_home: Path, monkeypatch):
+    """Two yuan instances started today, ¥0.075 and ¥0.065 so far: each reads as its rounded
+    figure (¥0.08, ¥0.07), so "live instances" is ¥0.15 — and today says the same, not the
+    ¥0.14 of the unrounded sum (as `gputui costs` once did: 在线实例 ¥0.15 · 今日 ¥0.14)."""
+    import time
+
+    from gputui.services.costs import totals
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        now = utcnow()
+        began = max(now - timedelta(minutes=10), now.replace(hour=0, minute=0, second=0))
+        insts = []
+        for iid, seconds in (("a", 150), ("b", 130)):  # ¥1.80/h: ¥0.075 and ¥0.065
+            inst = Instance(id=iid, name=f"yuan-{iid}", provider="autodl", gpu="RTX 4090 D",
+                            billing=BillingRule(price_per_hour=Decimal("1.80"), currency="CNY"),
+                            created_at=began, status=InstanceStatus.RUNNING)
+            inst.mark_running(began)
+            inst.mark_stopped(began + timedelta(seconds=seconds))  # (its figure stays put)
+            insts.append(inst)
+        t = totals(insts, [], now, "CNY")
+        assert t.accrued_live == Decimal("0.15") == t.today == t.month, t
+        # an ended one of today adds its own figure as shown
+        ended = insts[1].model_copy(deep=True, update={"id": "c"})
+        ended.mark_ended(began + timedelta(seconds=130), "manual")
+        entry = LedgerEntry.from_instance(ended, "manual", ended.ended_at)
+        t = totals(insts[:1], [entry], now, "CNY")
+        assert (t.accrued_live, t.today) == (Decimal("0.08"), Decimal("0.15")), t
+        # what the command prints, in Chinese, each figure named
+        gputui_home.mkdir(parents=True, exist_ok=True)
+        store = SessionStore(gputui_home / "state.db")
+        for inst in insts:
+            store.put_instance_sync(inst)
+        store.close()
+        env = run_gputui_env(gputui_home) | {"LANG": "zh_CN.UTF-8", "TZ": "UTC"}
+        out = subprocess.run([*GPUTUI, "costs"], capture_output=True, text=True, env=env,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        line = out.stdout.splitlines()[0]
+        assert "在线实例已花 ¥0.15" in line and "今日已花 ¥0.15" in line, line
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_costs_runs_in_chinese_keeps_headings_whole_and_names_an_unlabelled_run(
+        gputui_home: Path):
+    """`gputui costs --runs` in Chinese at 80 columns: 退出码 whole (not 退…), and a run queued
+    without a label reads 第 1 个任务, not the runner's English "run 1"."""
+    from gputui.i18n import cell_len
+
+    gputui_home.mkdir(parents=True, exist_ok=True)
+    store = SessionStore(gputui_home / "state.db")
+    start = utcnow() - timedelta(minutes=5)
+    for job_id, label, code in (("1", "run 1", 3), ("2", "train", 0)):
+        store.record_run_cost_sync("i-1", job_id, {
+            "instance_id": "i-1", "instance": "box", "job_id": job_id, "label": label,
+            "command": "python train.py", "status": "failed" if code else "succeeded",
+            "exit_code": code, "gpu": "RTX 4090", "gpus": None, "gpu_count": 1,
+            "started_at": start.isoformat(), "ended_at": utcnow().isoformat(), "seconds": 300.0,
+            "rate_per_hour": "1.80", "cost": "0.15", "currency": "CNY"}, ended=0.0)
+    store.close()
+    env = run_gputui_env(gputui_home) | {"LANG": "zh_CN.UTF-8"}
+    out = subprocess.run([*GPUTUI, "costs", "--runs"], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "退出码" in lines[0] and "…" not in lines[0], lines[0]
+    assert all(cell_len(line) <= 80 for line in lines), lines
+    first = next(line for line in lines if line.startswith("box") and " 3 " in line)
+    assert "第 1 个任务" in first and "run 1" not in first, first
+    assert any("train" in line for line in lines)
+    # the exit code sits under its heading
+    assert cell_len(lines[0][:lines[0].index("退出码")]) + cell_len("退出码") == \
+        cell_len(first[:first.index(" 3 ") + 2]), (lines[0], first)

@@ -26,18 +26,8 @@ from gputui.services import notify
 from gputui.services.notify import NotifyService, mask_url, scrub
 from gputui.store import Notice, SessionStore
 from tests.conftest import GPUTUI, REPO, run_gputui_env
-from tests.services.notify_receiver import start_receiver
 
 SECRET = "s3cretPa55"
-
-
-@pytest.fixture
-def receiver():
-    rec, server = start_receiver()
-    yield rec
-    rec.release.set()
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture

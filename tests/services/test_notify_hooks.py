@@ -19,16 +19,6 @@ from gputui.providers.base import CreateRequest
 from gputui.services.hub import ServiceError, Services
 from gputui.services.notify import NotifyService
 from tests.conftest import GPUTUI, run_gputui_env
-from tests.services.notify_receiver import start_receiver
-
-
-@pytest.fixture
-def receiver():
-    rec, server = start_receiver()
-    yield rec
-    rec.release.set()
-    server.shutdown()
-    server.server_close()
 
 
 def send_to(services: Services, url: str, **kw) -> NotifyService:
@@ -272,3 +262,44 @@ async def test_with_the_console_closed_the_daemon_tells_each_event_once(services
     assert any("broken" in t or "broken" in m.body for t in titles for m in receiver.messages)
     assert any(t.endswith(" released") for t in titles), titles
     assert "Traceback" not in log.read_text()
+
+
+async def test_an_unlabelled_failed_run_is_run_n_not_run_run_n(services, receiver):
+    """A run queued without a label (the runner calls it "run 1"): "runs: run 1 failed", never
+    "run run 1 failed" — in the notification, the console's toast, and in Chinese; the Jobs
+    list and `costs --runs` show it as "run 1" / 第 1 个任务."""
+    from types import SimpleNamespace
+
+    from gputui.format import run_name
+    from gputui.i18n import set_language
+    from gputui.services.jobs import JobService, JobSpec
+    from gputui.services.queuewatch import QueueWatch
+
+    services.config.notify = NotifySettings(urls=[receiver.url("ok")], run_failed=True)
+    notifier = services.attached(NotifyService, lambda s: NotifyService(
+        s.store, s.config, env={}, timeout_s=2.0, attempts=2, backoff_s=0.05, window_s=0.05))
+    inst = await rent(services, "runs")
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("exit 3")])
+    view = await jobs.wait(inst)
+    [job] = view.jobs
+    assert job.name == "run 1"  # as the runner stores it
+    assert await asyncio.to_thread(notifier.wait_idle, 15)
+    [got] = receiver.wait_for(1)
+    assert got.title == "runs: run 1 failed", got.title
+    assert got.body == "runs: run 1 ended with exit code 3; the queue goes on."
+    # the console's toast, from the queue watch
+    said: list[str] = []
+    services.store.subscribe(lambda n: said.append(str(getattr(n, "text", ""))))
+    QueueWatch(services)._say_failed(inst, job)
+    assert "runs: run 1 failed (exit code 3)" in said, said
+    set_language("zh")
+    try:
+        assert run_name(job.id, job.name) == "第 1 个任务"
+        assert run_name(job.id, "train") == "train"
+        said.clear()
+        QueueWatch(services)._say_failed(inst, SimpleNamespace(id="1", name="run 1",
+                                                               exit_code=3))
+        assert "runs：任务 1 失败（退出码 3）" in said, said
+    finally:
+        set_language("en")

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 from textual.app import App, ComposeResult
-from textual.widgets import DataTable, Label, Select
+from textual.widgets import DataTable, Input, Label, Select, Static
 
 from gputui.app import GpuTuiApp
 from gputui.config import Config, parse_duration
@@ -23,25 +23,13 @@ from gputui.services.hub import Services
 from gputui.store import SessionStore
 from gputui.ui.widgets import TopBar
 from tests.providers.autodl_emulator import AutoDLEmulator
-from tests.providers.test_autodl_flow import attach, rent
+from tests.providers.autodl_fixtures import rent
 from tests.ui.waits import question, shown, until
 
 SIZE = (80, 24)
 
 
-@pytest.fixture
-async def emu(tmp_path: Path):
-    async with AutoDLEmulator(ssh_root=tmp_path / "boxes", creating_s=0.1, starting_s=0.1,
-                              ssh_delay=0.2, shutting_s=0.1) as e:
-        yield e
-
-
-@pytest.fixture
-async def services(gputui_home: Path, emu: AutoDLEmulator):
-    svc = Services(SessionStore(gputui_home / "state.db"), Config(), state_dir=gputui_home)
-    attach(svc, emu)
-    yield svc
-    await svc.close()
+pytestmark = pytest.mark.autodl
 
 
 def _app(svc: Services) -> GpuTuiApp:
@@ -266,3 +254,71 @@ def test_zh_stop_dialog_snapshot(snap_compare, gputui_home: Path, utc_clock, zh)
         await pilot.pause()
 
     assert snap_compare(_autodl_home(gputui_home), terminal_size=SIZE, run_before=stop)
+
+
+async def test_a_wallet_error_names_the_provider_once_in_chinese(gputui_home, emu: AutoDLEmulator):
+    """`gputui account` when the wallet cannot be read: "autodl：读取钱包：…", never
+    "autodl：autodl：读取钱包" (the provider's errors name it already)."""
+    from tests.providers.test_autodl_cli import env_for, gputui
+
+    emu.fail("/wallet/balance", 500, times=50)
+    env = env_for(gputui_home, emu) | {"LANG": "zh_CN.UTF-8"}
+    out = await gputui(env, "account")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    [line] = [x for x in out.stderr.splitlines() if "读取钱包" in x]
+    assert line.startswith("autodl：读取钱包") and line.count("autodl") == 1, line
+
+
+# -- snapshots: New for AutoDL, and waiting for a sold-out card -------------------------------
+
+
+def _autodl_new_app(services: Services) -> GpuTuiApp:
+    from datetime import UTC, datetime
+
+    app = _app(services)
+    app.now = lambda: datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    return app
+
+
+async def _new_for_autodl(pilot, wait: str = "") -> None:
+    from gputui.ui.create import CreateScreen
+
+    await pilot.press("n")
+    screen = await shown(pilot, CreateScreen)
+    screen.query_one("#provider", Select).value = "autodl"
+    offer = screen.query_one("#offer", Select)
+    await until(pilot, lambda: "4090D" in [v for _l, v in offer._options], "AutoDL's offers")
+    offer.value = "4090D"
+    image = screen.query_one("#image", Select)
+    await until(pilot, lambda: any("CUDA" in str(label) for label, _v in image._options),
+                "the images by readable name")
+    screen.query_one("#name", Input).value = "train"
+    screen.query_one("#wait", Input).value = wait
+    await until(pilot, lambda: "释放" in str(screen.query_one("#summary", Static).render()),
+                "the summary")
+    await pilot.pause()
+
+
+def test_zh_new_for_autodl_snapshot(snap_compare, services: Services, utc_clock, zh):
+    assert snap_compare(_autodl_new_app(services), terminal_size=SIZE,
+                        run_before=_new_for_autodl)
+
+
+def test_zh_new_waiting_for_a_sold_out_card_snapshot(snap_compare, services: Services,
+                                                     emu: AutoDLEmulator, utc_clock, zh,
+                                                     monkeypatch: pytest.MonkeyPatch):
+    from gputui.ui.create import CreateScreen
+
+    emu.sell_out("4090D", 1000)
+    monkeypatch.setattr(CreateScreen, "wait_backoff", staticmethod(lambda _n: 30.0))
+    monkeypatch.setattr(CreateScreen, "wait_clock", staticmethod(lambda: 1000.0))  # stopped
+
+    async def waiting(pilot) -> None:
+        await _new_for_autodl(pilot, "2h")
+        screen = pilot.app.screen
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "暂无库存" in str(screen.query_one("#progress").render()),
+                    "the waiting line")
+        await pilot.pause()
+
+    assert snap_compare(_autodl_new_app(services), terminal_size=SIZE, run_before=waiting)

@@ -244,3 +244,65 @@ async def test_yuan_view_says_in_chinese_which_prices_were_converted(gputui_home
         assert any("（USD，按 ¥7.2/$ 换算）" in w for w in where)
         assert "$/卡·时" not in [str(c.label) for c in cards.columns.values()]
         assert any(str(c.label).startswith("¥/卡·时") for c in cards.columns.values())
+
+
+async def _yuan_catalog(pilot):
+    screen = await open_catalog(pilot)
+    await pilot.press("y")
+    await until(pilot, lambda: screen.currency == "CNY", "the ¥ view")
+    return screen
+
+
+def _yuan_app(home: Path):
+    from decimal import Decimal
+
+    from gputui.config import Config, MoneySettings
+    from gputui.store import SessionStore
+    from tests.ui.test_catalog_ui import CatalogApp
+
+    return CatalogApp(config=Config(money=MoneySettings(cny_per_usd=Decimal("7.2"))),
+                      store=SessionStore(home / "state.db"), background=False)
+
+
+async def test_yuan_view_heads_every_tab_in_yuan(gputui_home: Path, zh):
+    """`y` at 80×24: the sort named in the status line, the compare rows, the Fit tab's prices
+    and the Cost tab's figures are all in ¥ — no $/卡·时 left anywhere."""
+    app = _yuan_app(gputui_home)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _yuan_catalog(pilot)
+        status = text_of(screen.query_one("#cards-status", Static))
+        assert "按 ¥/卡·时" in status and "$" not in status, status
+        await pilot.press("space", "down", "space", "v")
+        await until(pilot, lambda: "¥/卡·时" in text_of(screen.query_one("#compare-body", Static)),
+                    "the compare rows in ¥")
+        compare = text_of(screen.query_one("#compare-body", Static))
+        assert "$/" not in compare and "TDP 和 ¥ 各行越低越好" in compare, compare
+        await pilot.press("3")
+        await until(pilot, lambda: screen.query_one("#fit-table", DataTable).row_count, "fit")
+        fit = screen.query_one("#fit-table", DataTable)
+        prices = [str(fit.get_row_at(i)[2]) for i in range(fit.row_count)]
+        assert prices and all(p.startswith("¥") or p == "—" for p in prices), prices
+        body = text_of(screen.query_one("#fit-body", Static))
+        assert "¥" in body and "$" not in body.split("\n")[1], body
+        await pilot.press("4")
+        await until(pilot, lambda: screen.query_one("#cost-table", DataTable).row_count, "cost")
+        cost = screen.query_one("#cost-table", DataTable)
+        figures = [str(cost.get_cell(key, "cost")) for key in cost.rows]
+        assert figures and all(f.startswith("¥") for f in figures), figures
+        assert "模拟" in [str(cost.get_cell(key, "tier")).split("（")[0] for key in cost.rows]
+
+
+async def test_yuan_view_headings_in_english_say_yuan(gputui_home: Path):
+    app = _yuan_app(gputui_home)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _yuan_catalog(pilot)
+        await pilot.press("3")
+        await until(pilot, lambda: screen.query_one("#fit-table", DataTable).row_count, "fit")
+        await pilot.press("4")
+        await until(pilot, lambda: screen.query_one("#cost-table", DataTable).row_count, "cost")
+        for table_id in ("#fit-table", "#cost-table"):
+            labels = [str(c.label) for c in screen.query_one(table_id, DataTable).columns.values()]
+            assert "¥/h" in labels and "$/h" not in labels, labels
+        await pilot.press("y")  # back to $: the headings with it
+        await until(pilot, lambda: "$/h" in [str(c.label) for c in screen.query_one(
+            "#cost-table", DataTable).columns.values()], "the $ headings")

@@ -93,7 +93,8 @@ async def test_zh_overview_headers_status_line_and_detail(gputui_home: Path, zh)
         head = str(app.screen.query_one("#detail-head", Static).render())
         assert "qwen-lora · 1× RTX 4090 · 实时" in head and "驱动 570" in head
         panel = str(next(iter(app.screen.detail.panels.values())).render())
-        assert all(word in panel for word in ("风扇", "利用", "显存", "功耗"))
+        assert all(word in panel for word in ("风扇", "显存", "功耗"))
+        assert "利用率 " in panel and "利用…" not in panel  # whole, not cut to 利用
         procs = app.screen.query_one("#procs", DataTable)
         assert [str(c.label) for c in procs.columns.values()] == ["PID", "用户", "GPU", "显存",
                                                                   "命令"]

@@ -392,7 +392,10 @@ def gpu_panel_text(s: GpuSample, history: GpuHistory | None, inv: GpuInventory |
     then its MIG devices."""
     bar_w = max(10, min(40, (width - 20) // 3))
     val_w = 14
-    spark_w = max(0, min(120, width - 5 - bar_w - 1 - val_w - 1))
+    labels = {"util": _("util"), "mem": _("mem"), "pwr": _("pwr")}
+    # as wide as the longest label in this language (利用率 is 6 cells): none is cut
+    label_w = max(5, *(cell_len(v) + 1 for v in labels.values()))
+    spark_w = max(0, min(120, width - label_w - bar_w - 1 - val_w - 1))
     title = Text.assemble((f"GPU {s.index} ", "bold"), short_gpu(s.name or (inv.name if inv else None)))
     if s.temperature_c is not None:
         title.append(" · ")
@@ -417,17 +420,17 @@ def gpu_panel_text(s: GpuSample, history: GpuHistory | None, inv: GpuInventory |
     def row(label: str, pct: float | None, value: str, values: list[float | None],
             top: float | None) -> Text:
         return Text.assemble(
-            (pad_cells(label, 5), "bold"), bar(pct, bar_w), " ", pad_cells(value, val_w, ellipsis=""), " ",
+            (pad_cells(label, label_w), "bold"), bar(pct, bar_w), " ", pad_cells(value, val_w, ellipsis=""), " ",
             sparkline(values, spark_w, top),
         )
 
     lines = [
         title,
-        row(_("util"), util, f"{util:.0f}%" if util is not None else "N/A",
+        row(labels["util"], util, f"{util:.0f}%" if util is not None else "N/A",
             _recent(history, "util", spark_w), 100),
-        row(_("mem"), mp, fmt_mem(s.memory_used_mib, total, " GiB"),
+        row(labels["mem"], mp, fmt_mem(s.memory_used_mib, total, " GiB"),
             _recent(history, "mem_pct", spark_w), 100),
-        row(_("pwr"), pp, fmt_power(s.power_draw_w, limit).replace("W", " W"),
+        row(labels["pwr"], pp, fmt_power(s.power_draw_w, limit).replace("W", " W"),
             _recent(history, "power_w", spark_w), limit),
     ]
     for mig in (inv.mig_devices if inv else []):
