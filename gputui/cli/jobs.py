@@ -712,7 +712,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=cmd_pull)
 
     s = sub.add_parser("jobs", help=_("a queue of runs on an instance: add, list, log, cancel"))
-    s.add_argument("name", help=_("instance name or id"))
+    s.add_argument("name", metavar="NAME", help=_("instance name or id"))
     s.add_argument("--json", action="store_true", help=_("print the runs as JSON"))
     s.set_defaults(handler=cmd_jobs, action=None)
     acts = s.add_subparsers(dest="action", metavar="ACTION")
