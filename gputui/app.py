@@ -392,14 +392,18 @@ class GpuTuiApp(App[int]):
             out.append((cur, rate, sum_as_shown(i.accrued(now) for i in mine)))
         return tuple(out)
 
+    def _base_screen(self) -> BaseScreen | None:
+        """The screen in view; under a dialog, the one beneath (it still shows)."""
+        try:
+            stack = self.screen_stack
+        except ScreenStackError:  # between two modes: the next tick draws it
+            return None
+        return next((s for s in reversed(stack) if isinstance(s, BaseScreen)), None)
+
     def refresh_meter(self, screen: Screen | None = None) -> None:
         if screen is None:
-            try:
-                stack = self.screen_stack
-            except ScreenStackError:  # between two modes: the next tick draws it
-                return
             # under a dialog, the screen beneath still shows its bar: keep it ticking
-            screen = next((s for s in reversed(stack) if isinstance(s, BaseScreen)), None)
+            screen = self._base_screen()
             if screen is None:
                 return
         try:
@@ -427,7 +431,13 @@ class GpuTuiApp(App[int]):
         return N_("deadlines kept by the daemon") if self._keeper else ""  # the bar translates
 
     def _tick(self) -> None:
-        self.refresh_meter()
+        # one frame a second: the top bar's clock and the screen's own (Home's countdowns)
+        # change in the same frame
+        with self.batch_update():
+            self.refresh_meter()
+            screen = self._base_screen()
+            if screen is not None and screen.is_mounted:
+                screen.on_second()
         if self._collect_when_idle:
             self._idle_collect()
 
