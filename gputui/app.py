@@ -370,9 +370,11 @@ class GpuTuiApp(App[int]):
 
     # -- the meter ------------------------------------------------------------------------------
 
-    def meter(self) -> tuple[Decimal, Decimal, int]:
+    def meter(self, by: tuple[tuple[str, Decimal, Decimal], ...] | None = None,
+              ) -> tuple[Decimal, Decimal, int]:
         """Rate and accrued in the first currency in use (USD first), and the live count."""
-        by = self.meter_by_currency()
+        if by is None:
+            by = self.meter_by_currency()
         _cur, rate, accrued = by[0] if by else ("USD", Decimal(0), Decimal(0))
         return rate, accrued, len([i for i in self._live if i.status.billing_compute])
 
@@ -410,8 +412,9 @@ class GpuTuiApp(App[int]):
             bar = screen.query_one(TopBar)
         except Exception:  # a modal screen has no top bar
             return
-        rate, accrued, count = self.meter()
-        bar.tick(rate, accrued, count, self.now(), self.meter_by_currency())
+        by = self.meter_by_currency()  # (once: each instance's cost so far, summed as shown)
+        rate, accrued, count = self.meter(by)
+        bar.tick(rate, accrued, count, self.now(), by)
         bar.keeper = self.keeper_note()
         if self._wallet is not None:
             bar.wallet = (Decimal(str(self._wallet[0])), self._wallet[1])

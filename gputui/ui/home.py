@@ -74,7 +74,7 @@ def _rate_text(inst: Instance) -> str:
 
 
 #: cached cell renders kept at most: entries of older update counts are never read again
-CELL_RENDERS_KEPT = 2000
+CELL_RENDERS_KEPT = 500
 
 
 class RowTable(DataTable):
