@@ -370,9 +370,11 @@ class GpuTuiApp(App[int]):
 
     # -- the meter ------------------------------------------------------------------------------
 
-    def meter(self) -> tuple[Decimal, Decimal, int]:
+    def meter(self, by: tuple[tuple[str, Decimal, Decimal], ...] | None = None,
+              ) -> tuple[Decimal, Decimal, int]:
         """Rate and accrued in the first currency in use (USD first), and the live count."""
-        by = self.meter_by_currency()
+        if by is None:
+            by = self.meter_by_currency()
         _cur, rate, accrued = by[0] if by else ("USD", Decimal(0), Decimal(0))
         return rate, accrued, len([i for i in self._live if i.status.billing_compute])
 
@@ -392,22 +394,27 @@ class GpuTuiApp(App[int]):
             out.append((cur, rate, sum_as_shown(i.accrued(now) for i in mine)))
         return tuple(out)
 
+    def _base_screen(self) -> BaseScreen | None:
+        """The screen in view; under a dialog, the one beneath (it still shows)."""
+        try:
+            stack = self.screen_stack
+        except ScreenStackError:  # between two modes: the next tick draws it
+            return None
+        return next((s for s in reversed(stack) if isinstance(s, BaseScreen)), None)
+
     def refresh_meter(self, screen: Screen | None = None) -> None:
         if screen is None:
-            try:
-                stack = self.screen_stack
-            except ScreenStackError:  # between two modes: the next tick draws it
-                return
             # under a dialog, the screen beneath still shows its bar: keep it ticking
-            screen = next((s for s in reversed(stack) if isinstance(s, BaseScreen)), None)
+            screen = self._base_screen()
             if screen is None:
                 return
         try:
             bar = screen.query_one(TopBar)
         except Exception:  # a modal screen has no top bar
             return
-        rate, accrued, count = self.meter()
-        bar.tick(rate, accrued, count, self.now(), self.meter_by_currency())
+        by = self.meter_by_currency()  # (once: each instance's cost so far, summed as shown)
+        rate, accrued, count = self.meter(by)
+        bar.tick(rate, accrued, count, self.now(), by)
         bar.keeper = self.keeper_note()
         if self._wallet is not None:
             bar.wallet = (Decimal(str(self._wallet[0])), self._wallet[1])
@@ -427,7 +434,13 @@ class GpuTuiApp(App[int]):
         return N_("deadlines kept by the daemon") if self._keeper else ""  # the bar translates
 
     def _tick(self) -> None:
-        self.refresh_meter()
+        # one frame a second: the top bar's clock and the screen's own (Home's countdowns)
+        # change in the same frame
+        with self.batch_update():
+            self.refresh_meter()
+            screen = self._base_screen()
+            if screen is not None and screen.is_mounted:
+                screen.on_second()
         if self._collect_when_idle:
             self._idle_collect()
 

@@ -56,11 +56,20 @@ class BaseScreen(Screen):
         yield from ()
 
     def on_mount(self) -> None:
+        # Textual calls this once for the class that defines it and again for each screen whose
+        # own on_mount calls super().on_mount(): the second call must not subscribe twice or
+        # start a second set of timers (Home ticked twice a second, and reloaded twice on
+        # every store event)
+        if self._base_mounted:
+            return
+        self._base_mounted = True
         self.query_one(TopBar).title = self.TITLE
         self.gapp.when_open(self._session_opened)
 
+    _base_mounted = False
+
     def _session_opened(self) -> None:
-        if not self.is_attached:  # gone before the session opened
+        if not self.is_attached or self._unsubscribe is not None:  # gone, or already open
             return
 
         def forward(ev: Event) -> None:  # post_message is safe from any thread
@@ -81,6 +90,9 @@ class BaseScreen(Screen):
     def on_resize(self) -> None:
         self.gapp.refresh_meter(self)
 
+    def on_second(self) -> None:
+        """Called by the app's one-second tick while this screen is in view."""
+
     # A screen that draws the GPU streams; while none is in view they run at a slower pace.
     SHOWS_TELEMETRY = False
 
@@ -90,4 +102,5 @@ class BaseScreen(Screen):
 
     def on_unmount(self) -> None:
         if self._unsubscribe:
-            self._unsubscribe()
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            unsubscribe()

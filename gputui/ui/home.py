@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from gputui.format import fit_name, format_money, format_remaining, short_gpu, status_text
 from gputui.i18n import N_, _, cell_len, shown
@@ -72,6 +73,42 @@ def _rate_text(inst: Instance) -> str:
     return _("{price} disk").format(price=format_money(disk, inst.billing.currency))
 
 
+#: cached cell renders kept at most: entries of older update counts are never read again
+CELL_RENDERS_KEPT = 500
+
+
+class RowTable(DataTable):
+    """Home's table: a cell whose width stays is rendered again alone and repaints its own row
+    only. Textual's DataTable renders every cell of every line again on any cell update: each
+    countdown second redrew the whole table (update_width=True keeps DataTable's way)."""
+
+    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str,  # type: ignore[override]
+                    value: object, *, update_width: bool = False) -> None:
+        if update_width or not self.is_mounted:
+            super().update_cell(row_key, column_key, value, update_width=update_width)
+            return
+        row = RowKey(row_key) if isinstance(row_key, str) else row_key
+        column = ColumnKey(column_key) if isinstance(column_key, str) else column_key
+        if row not in self._row_locations or column not in self._column_locations:
+            super().update_cell(row, column, value)  # (raises CellDoesNotExist)
+            return
+        # as DataTable.update_cell, but only this cell's cached renders are dropped (a new
+        # update count would drop every cell's) and only the row's lines are repainted
+        self._data[row][column] = value
+        index = self.get_row_index(row)
+        cells = self._cell_render_cache
+        if len(cells) > CELL_RENDERS_KEPT:
+            cells.clear()
+        for key in [k for k in cells.keys() if k[0] == row and k[1] == column]:
+            cells.discard(key)
+        for row_key_ in [k for k in self._row_render_cache.keys() if k[0] == row]:
+            self._row_render_cache.discard(row_key_)
+        for count_index in [k for k in self._row_renderable_cache.keys() if k[1] == index]:
+            self._row_renderable_cache.discard(count_index)
+        self._line_cache.clear()
+        self.refresh_row(index)
+
+
 def _remeasure(table: DataTable) -> None:
     """Size every column by what the rows on screen now hold (DataTable keeps the widest a
     column ever was when a row goes)."""
@@ -112,7 +149,7 @@ class HomeScreen(BaseScreen):
         yield hint
         yield Static("", id="keeper")
         yield Static("", id="ended")
-        yield DataTable(id="instances", cursor_type="row", zebra_stripes=True)
+        yield RowTable(id="instances", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -128,7 +165,15 @@ class HomeScreen(BaseScreen):
 
     def on_session_open(self) -> None:
         self.reload()
-        self.set_interval(1.0, self.tick)
+
+    def on_second(self) -> None:
+        """The app's one-second tick, while Home is in view (with the top bar's clock: one
+        frame a second)."""
+        self.tick()
+
+    def on_screen_resume(self) -> None:
+        if self.gapp.session_open:  # what changed while another screen was in view
+            self.tick()
 
     def reload(self) -> None:
         store = self.gapp.store
@@ -170,7 +215,10 @@ class HomeScreen(BaseScreen):
             hint.update(_("Nothing running. Ended instances and what they cost are in Costs "
                           "([b]c[/b], then 2). Press [b]n[/b] to rent another."))
 
-    def _cells(self, inst: Instance, now: datetime) -> dict[str, str | Text]:
+    def _cells(self, inst: Instance, now: datetime, *,
+               ticking: bool = False) -> dict[str, str | Text]:
+        """The row's cells; `ticking`: only those the clock changes (release, cost, link,
+        status, rate)."""
         lease = self._leases.get(inst.id)
         releasing = False
         if lease is None and inst.status.live:
@@ -195,17 +243,22 @@ class HomeScreen(BaseScreen):
         from gputui.models import InstanceStatus
 
         going = releasing or inst.status not in (InstanceStatus.BOOTING, InstanceStatus.RUNNING)
+        cells: dict[str, str | Text] = {
+            "status": _status_text(inst, now),
+            "link": "-" if going else _(LINK_MARK.get(link.value, "-")),
+            "release": release,
+            "rate": _rate_text(inst),
+            "cost": format_money(inst.accrued(now), inst.billing.currency),
+        }
+        if ticking:  # what a second can change
+            return cells
         provider = inst.provider  # "sandbox" says it; "(simulated)" was cut at 80 columns
         return {
             "name": Text(fit_name(inst.name, LABEL_CELLS)),  # a label is the user's text, never markup
             "provider": provider,
             "gpu": Text(f"{inst.gpu_count}× {short_gpu(inst.gpu)}"),
-            "status": _status_text(inst, now),
-            "link": "-" if going else _(LINK_MARK.get(link.value, "-")),
             "queue": self._queue_cell(inst.id),
-            "release": release,
-            "rate": _rate_text(inst),
-            "cost": format_money(inst.accrued(now), inst.billing.currency),
+            **cells,
         }
 
     def _queue_cell(self, instance_id: str) -> str:
@@ -349,9 +402,7 @@ class HomeScreen(BaseScreen):
         table = self.query_one(DataTable)
         now = self.gapp.now()
         for inst in self._instances.values():
-            cells = self._cells(inst, now)
-            self._update(table, inst.id,
-                         {k: cells[k] for k in ("release", "cost", "link", "status", "rate")})
+            self._update(table, inst.id, self._cells(inst, now, ticking=True))
 
     def on_store_event(self, message: StoreEvent) -> None:
         from gputui.store import InstanceChanged, LeaseChanged, LinkChanged, QueueChanged
