@@ -274,6 +274,9 @@ class SessionStore:
         self.read_only: str | None = None
         self._lock = threading.RLock()
         self._conn = self._connect()
+        self._writes = 0  # transactions this store committed (for `version_now`)
+        self._wal = (self.read_only is None
+                     and str(self._query("PRAGMA journal_mode")[0][0]).lower() == "wal")
         self._listeners: list[Callable[[Event], None]] = []
         self._telemetry: dict[str, InstanceTelemetry] = {}
         self._links: dict[str, tuple[LinkState, str | None]] = {}
@@ -431,6 +434,7 @@ class SessionStore:
             try:
                 yield conn
                 conn.execute("COMMIT")
+                self._writes += 1
             except sqlite3.DatabaseError as exc:
                 with contextlib.suppress(sqlite3.DatabaseError):
                     conn.execute("ROLLBACK")
@@ -447,6 +451,23 @@ class SessionStore:
             except sqlite3.DatabaseError as exc:
                 raise StateError(_("{path}: cannot read state: {error}").format(
                     path=self.path, error=exc)) from None
+
+    def version_now(self) -> tuple[int, int] | None:
+        """A stamp of the whole database that changes whenever anything is committed to it —
+        here (`_writes`) or by another connection or process (SQLite's `data_version`) — so a
+        reader can keep what it read under a stamp until the stamp moves. Cheap enough for the
+        event loop (no disk read in WAL mode) and never waits: None when the connection is
+        busy in another thread, the database is not in WAL mode or is open read-only, or the
+        stamp cannot be read (then read as usual)."""
+        if not self._wal or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            row = self._conn.execute("PRAGMA data_version").fetchone()
+        except sqlite3.DatabaseError:
+            return None
+        finally:
+            self._lock.release()
+        return (self._writes, int(row[0]))
 
     def _load(self, model: type[M], data: str, what: str) -> M:
         try:

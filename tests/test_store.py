@@ -57,6 +57,29 @@ async def test_async_face_and_events(tmp_path: Path):
     assert got is not None and got.gpu == "GeForce RTX 4090"
 
 
+def test_version_moves_on_every_commit_here_or_elsewhere(tmp_path: Path):
+    """`version_now` is what a reader keeps its last read under: it stays while nothing is
+    committed, and moves on a commit by this store or by another connection (process)."""
+    path = tmp_path / "state.db"
+    s = SessionStore(path)
+    other = SessionStore(path)
+    try:
+        first = s.version_now()
+        assert first is not None and s.version_now() == first
+        s.put_instance_sync(make_instance("a"))
+        second = s.version_now()
+        assert second not in (None, first)
+        s.instances_sync()  # reading changes nothing
+        assert s.version_now() == second
+        other.put_lease_sync(Lease(instance_id="a"))
+        third = s.version_now()
+        assert third not in (None, second)
+        assert s.version_now() == third
+    finally:
+        other.close()
+        s.close()
+
+
 def test_corrupt_file_is_refused_and_left_untouched(tmp_path: Path):
     path = tmp_path / "state.db"
     garbage = b"this is not a database\n" * 100

@@ -96,14 +96,32 @@ class KnownHosts:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
+        # The file as last parsed, with the stat it was read under: every connection, and the
+        # sandbox's every `prepare`, matches against it, so it is parsed again only when the
+        # file changed (here, or by another process or a hand edit: a new size, mtime or inode).
+        self._parsed: tuple[tuple[int, int, int], asyncssh.SSHKnownHosts] | None = None
 
     # -- reading -----------------------------------------------------------------------------
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
     def _load(self) -> asyncssh.SSHKnownHosts:
+        stamp = self._stamp()
+        cached = self._parsed
+        if stamp is not None and cached is not None and cached[0] == stamp:
+            return cached[1]
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             text = ""
-        return asyncssh.import_known_hosts(text)
+        parsed = asyncssh.import_known_hosts(text)
+        # kept only when the file did not change while it was read
+        self._parsed = (stamp, parsed) if stamp is not None and stamp == self._stamp() else None
+        return parsed
 
     def match(
         self, host: str, addr: str = "", port: int | None = None
@@ -136,6 +154,7 @@ class KnownHosts:
         self._ensure_file()
         data = key.export_public_key("openssh").decode("ascii").split()
         line = f"{host_pattern(host, port)} {data[0]} {data[1]}\n"
+        self._parsed = None
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, line.encode("ascii"))
@@ -162,6 +181,7 @@ class KnownHosts:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.writelines(keep)
+            self._parsed = None
             os.replace(tmp, self.path)
         return removed
 

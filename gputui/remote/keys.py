@@ -32,16 +32,41 @@ def ensure_host_key(path: Path | str, comment: str = "gputui-sandbox-host") -> a
     return key
 
 
+Stamp = tuple[int, int, int]
+
+# path -> (its stamp, its .pub's stamp, the public line): a key pair that is asked for again
+# (the sandbox's, on every call to its daemon) is read and parsed again only when either file
+# changed (a new size, mtime or inode), or went.
+_PAIRS: dict[str, tuple[Stamp, Stamp, str]] = {}
+
+
+def _stamp(path: Path) -> Stamp | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def ensure_keypair(path: Path | str, comment: str = "gputui-sandbox") -> tuple[Path, str]:
     """A client key pair at `path` (0600) and `path`.pub; returns (private path, public line)."""
     path = Path(path)
-    if path.exists():
+    pub_path = path.with_name(path.name + ".pub")
+    key_stamp, pub_stamp = _stamp(path), _stamp(pub_path)
+    known = _PAIRS.get(str(path))
+    if known is not None and key_stamp is not None and known[:2] == (key_stamp, pub_stamp):
+        return path, known[2]
+    if key_stamp is not None:
         key = asyncssh.read_private_key(str(path))
     else:
         key = asyncssh.generate_private_key("ssh-ed25519", comment=comment)
         write_private(path, key.export_private_key("openssh"))
     public = key.export_public_key("openssh").decode("ascii").strip()
-    pub_path = path.with_name(path.name + ".pub")
     if not pub_path.exists() or pub_path.read_text(encoding="ascii").strip() != public:
         pub_path.write_text(public + "\n", encoding="ascii")
+    read_under = key_stamp
+    key_stamp, pub_stamp = _stamp(path), _stamp(pub_path)
+    # kept only for the key file as read (not one replaced meanwhile)
+    if key_stamp is not None and pub_stamp is not None and read_under in (None, key_stamp):
+        _PAIRS[str(path)] = (key_stamp, pub_stamp, public)
     return path, public

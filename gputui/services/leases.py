@@ -73,6 +73,9 @@ class LeaseService(LeaseArmer):
         self._wallets_read: float | None = None  # when the wallets were last read (runway)
         self._settle_at: dict[str, float] = {}  # a record left mid-create: next look
         self._tick_errors: dict[str, str] = {}  # instance id -> its last unforeseen error
+        # the store's stamp and what `_books` read under it
+        self._books_stamp: tuple[int, int] | None = None
+        self._books_read: tuple[dict[str, Lease], list[Instance]] | None = None
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -142,8 +145,7 @@ class LeaseService(LeaseArmer):
         other instance is still released on time."""
         now = as_utc(now or utcnow())
         result = ReapResult([], [], [])
-        leases = {le.instance_id: le for le in await self.store.leases()}
-        live = await self.store.instances(live_only=True)
+        leases, live = await self._books()
         for inst in live:
             try:
                 await self._tick_one(inst, leases.get(inst.id), now, refresh, result)
@@ -165,6 +167,19 @@ class LeaseService(LeaseArmer):
             self._swept = time.monotonic()
             result.released += await self.services.sweep_strays()
         return result
+
+    async def _books(self) -> tuple[dict[str, Lease], list[Instance]]:
+        """The leases and the live instances, as of now. Read again only when anything was
+        committed to the store since the last read (here, or by another process): the clock
+        ticks every second and its deadlines are compared with the time on every tick, but its
+        two reads (each through a worker thread) are skipped while nothing changed."""
+        stamp = self.store.version_now()  # taken before reading: a change meanwhile moves it
+        if stamp is None or stamp != self._books_stamp or self._books_read is None:
+            leases = {le.instance_id: le for le in await self.store.leases()}
+            live = await self.store.instances(live_only=True)
+            self._books_stamp, self._books_read = stamp, (leases, live)
+        leases, live = self._books_read
+        return dict(leases), list(live)
 
     def _watch_queues(self, live: list[Instance]) -> None:
         """Where this process keeps a queue watch (the console, the daemon): the queues nothing

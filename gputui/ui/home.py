@@ -99,9 +99,12 @@ class RowTable(DataTable):
         cells = self._cell_render_cache
         if len(cells) > CELL_RENDERS_KEPT:
             cells.clear()
-        for key in [k for k in cells.keys() if k[0] == row and k[1] == column]:
+        # keys compared by their text: a StringKey's own == is a Python call per cached cell
+        row_value, column_value = row.value, column.value
+        for key in [k for k in cells.keys()
+                    if k[1].value == column_value and k[0].value == row_value]:
             cells.discard(key)
-        for row_key_ in [k for k in self._row_render_cache.keys() if k[0] == row]:
+        for row_key_ in [k for k in self._row_render_cache.keys() if k[0].value == row_value]:
             self._row_render_cache.discard(row_key_)
         for count_index in [k for k in self._row_renderable_cache.keys() if k[1] == index]:
             self._row_renderable_cache.discard(count_index)

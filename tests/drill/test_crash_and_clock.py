@@ -93,6 +93,32 @@ async def test_clock_jumping_back_and_forth_releases_once_at_the_deadline(servic
     assert len(services.store.ledger_sync()) == 1
 
 
+async def test_deadline_moved_by_another_process_is_obeyed_at_the_next_tick(services: Services):
+    """The clock keeps what it read until the store changes: a deadline moved by another
+    process (`gputui extend` in a shell) between two ticks is the one the next tick obeys,
+    later (not released at the old deadline) or sooner (released then)."""
+    offer = await services.find_offer("sandbox", "RTX 3090")
+    deadline = utcnow() + timedelta(hours=2)
+    inst = await services.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id, name="m"),
+                                 lease=Lease(instance_id="x", release_at=deadline))
+    leases = LeaseService(services)
+    assert (await leases.tick(deadline - timedelta(minutes=5))).released == []
+    assert (await leases.tick(deadline - timedelta(minutes=4))).released == []  # nothing moved
+    other = SessionStore(services.store.path)  # another process's connection to the state
+    try:
+        other.update_lease_sync(inst.id, lambda le: le.model_copy(
+            update={"release_at": deadline + timedelta(hours=1)}))
+        assert (await leases.tick(deadline + timedelta(seconds=1))).released == []
+        assert services.store.get_instance_sync(inst.id).status == InstanceStatus.RUNNING
+        other.update_lease_sync(inst.id, lambda le: le.model_copy(
+            update={"release_at": deadline + timedelta(minutes=30)}))
+        result = await leases.tick(deadline + timedelta(minutes=30, seconds=1))
+    finally:
+        other.close()
+    assert result.released == ["m"]
+    assert services.store.get_instance_sync(inst.id).status == InstanceStatus.RELEASED
+
+
 def test_full_disk_gives_one_line_and_keeps_the_last_good_state(tmp_path: Path):
     from gputui.models import BillingRule, Instance
 

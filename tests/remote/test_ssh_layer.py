@@ -249,6 +249,55 @@ def test_known_hosts_file_helpers(tmp_path: Path) -> None:
     assert stat.S_IMODE(kh.path.stat().st_mode) == 0o600
 
 
+def test_known_hosts_edited_by_another_hand_is_read_again(tmp_path: Path) -> None:
+    """The file is parsed once and kept while it is unchanged; an entry another process or a
+    hand edit adds, replaces or removes counts at the next look (a changed key is refused)."""
+    path = tmp_path / "known_hosts"
+    mine = KnownHosts(path)
+    theirs = KnownHosts(path)  # another process's view of the same file
+    key = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
+    other = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
+    assert mine.host_keys("h", 2200) == []
+    theirs.add("h", 2200, key)
+    assert mine.host_keys("h", 2200) == [key]
+    theirs.forget("h", 2200)
+    theirs.add("h", 2200, other)
+    assert mine.host_keys("h", 2200) == [other]
+    verifier = mine.verifier(accept_new=True)  # the key on file is not the one presented now
+    assert verifier.validate("h", "", 2200, key) is False
+    assert isinstance(verifier.error, HostKeyChanged)
+    # a hand edit in place (same size, same inode; only its mtime moves): still seen
+    line = path.read_text()
+    data = other.export_public_key("openssh").decode().split()
+    swapped = line.replace(data[1], key.export_public_key("openssh").decode().split()[1])
+    assert len(swapped) == len(line)
+    stamp = path.stat()
+    with open(path, "r+", encoding="utf-8") as fh:
+        fh.write(swapped)
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1))
+    assert mine.host_keys("h", 2200) == [key]
+    path.unlink()  # gone: nothing is trusted any more
+    assert mine.host_keys("h", 2200) == []
+
+
+def test_key_pair_replaced_on_disk_is_read_again(tmp_path: Path) -> None:
+    """A key pair asked for again is read from disk again only when its files changed: a key
+    replaced (or removed) meanwhile is the one used."""
+    path = tmp_path / "keys" / "client"
+    first_path, first = ensure_keypair(path)
+    assert ensure_keypair(path) == (first_path, first)
+    replaced = asyncssh.generate_private_key("ssh-ed25519")
+    path.write_bytes(replaced.export_private_key("openssh"))
+    _, public = ensure_keypair(path)
+    assert public == replaced.export_public_key("openssh").decode().strip() != first
+    assert path.with_name("client.pub").read_text().strip() == public
+    path.unlink()
+    _, fresh = ensure_keypair(path)  # a new pair, written 0600
+    assert fresh not in (first, public) and path.exists()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.with_name("client.pub").read_text().strip() == fresh
+
+
 # -- connecting -----------------------------------------------------------------------------
 async def test_unreachable_port_fails_quickly(env: Env) -> None:
     port = _free_port()
