@@ -43,6 +43,17 @@ async def overdue(services: Services, inst) -> None:
         update={"release_at": utcnow() - timedelta(seconds=1)}))
 
 
+
+def _start_daemon(gputui_home: Path, url: str) -> tuple[subprocess.Popen, Path]:
+    """`gputui daemon --interval 1` in its own process, notifying `url`; its output in a log."""
+    env = run_gputui_env(gputui_home)
+    env["GPUTUI_NOTIFY_URLS"] = url
+    log = gputui_home / "daemon.err"
+    with log.open("w") as err:
+        daemon = subprocess.Popen([*GPUTUI, "daemon", "--interval", "1"], stdout=err,
+                                  stderr=err, env=env, stdin=subprocess.DEVNULL)
+    return daemon, log
+
 async def test_a_release_by_the_timer_says_who_and_what_it_cost(services, receiver):
     from gputui.services.leases import LeaseService
 
@@ -141,13 +152,7 @@ async def test_daemon_and_console_together_send_each_event_once(services, receiv
     names = ["both-a", "both-b"]
     for name in names:
         await rent(services, name, release_in=timedelta(seconds=10))
-    env = run_gputui_env(gputui_home)
-    env["GPUTUI_NOTIFY_URLS"] = url
-    log = gputui_home / "daemon.err"
-    with log.open("w") as err:
-        daemon = subprocess.Popen(  # noqa: ASYNC220 (started once; the test awaits its effects)
-            [*GPUTUI, "daemon", "--interval", "1"], stdout=err, stderr=err, env=env,
-            stdin=subprocess.DEVNULL)
+    daemon, log = _start_daemon(gputui_home, url)
     try:
         assert await _until(lambda: daemon_status(gputui_home) is not None, 60)
         console = LeaseService(services)
@@ -232,13 +237,7 @@ async def test_with_the_console_closed_the_daemon_tells_each_event_once(services
     await JobService(services).add(inst, [JobSpec("true", name="fine"),
                                            JobSpec("exit 3", name="broken")])
     await services.close()  # nothing of this process watches from here on
-    env = run_gputui_env(gputui_home)
-    env["GPUTUI_NOTIFY_URLS"] = receiver.url("ok")
-    log = gputui_home / "daemon.err"
-    with log.open("w") as err:
-        daemon = subprocess.Popen(  # noqa: ASYNC220 (started once; the test awaits its effects)
-            [*GPUTUI, "daemon", "--interval", "1"], stdout=err, stderr=err, env=env,
-            stdin=subprocess.DEVNULL)
+    daemon, log = _start_daemon(gputui_home, receiver.url("ok"))
     try:
         assert await _until(lambda: daemon_status(gputui_home) is not None, 60)
 
