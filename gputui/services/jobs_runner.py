@@ -73,8 +73,12 @@ WRAPPER = (
     'mv "$GPUTUI_JOB_DIR/exit_code.tmp" "$GPUTUI_JOB_DIR/exit_code"; exit "$rc"'
 )
 
-# In a Slurm step the wrapper's own pid is a compute node's, not this host's: kept apart.
-STEP_WRAPPER = WRAPPER.replace('/pid"', '/step_pid"')
+# In a Slurm step the wrapper's own pid is a compute node's, not this host's: kept apart. A step
+# on several nodes runs the wrapper once a node, all in the one shared folder: each task writes
+# its own exit code (exit_code.task<N>), never racing another for one file.
+STEP_WRAPPER = WRAPPER.replace('/pid"', '/step_pid"').replace(
+    "exit_code.tmp", "exit_code.tmp.task${SLURM_PROCID:-0}").replace(
+    '/exit_code"', '/exit_code.task${SLURM_PROCID:-0}"')
 
 
 def now_iso():
@@ -232,6 +236,21 @@ def launch_settings():
             isinstance(a, str) for a in data["argv"]):
         return data
     return None
+
+
+def read_code(path):
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _listdir(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
 
 
 def step_argv(launch, run):
@@ -682,11 +701,12 @@ class Daemon:
         if run.get("broken"):
             self.fail_record(job_id, run["broken"])
             return
-        for name in ("exit_code", "exit_code.tmp", "pid"):
-            try:
-                os.remove(os.path.join(d, name))
-            except OSError:
-                pass
+        for name in _listdir(d):
+            if name in ("exit_code", "exit_code.tmp", "pid") or name.startswith("exit_code."):
+                try:
+                    os.remove(os.path.join(d, name))
+                except OSError:
+                    pass
         env = dict(os.environ)
         env.update(GPUTUI_JOB_DIR=d, GPUTUI_JOB_ID=job_id, GPUTUI_JOB_NAME=run.get("name") or "",
                    PYTHONUNBUFFERED="1")
@@ -725,11 +745,13 @@ class Daemon:
         # A Slurm step's exit code is srun's (the highest of its tasks'); the file is read only
         # for a run this daemon did not start (an earlier daemon's).
         if self.launch is None or rc is None:
-            try:
-                with open(code_file) as fh:
-                    rc = int(fh.read().strip())
-            except (OSError, ValueError):
-                pass
+            codes = [read_code(code_file)]
+            if self.launch is not None:  # a step's tasks: the highest, as srun's own
+                codes = [read_code(os.path.join(run["dir"], name))
+                         for name in _listdir(run["dir"]) if name.startswith("exit_code.task")]
+            known = [c for c in codes if c is not None]
+            if known:
+                rc = max(known)
         cancelled = os.path.exists(os.path.join(run["dir"], "cancel"))
         attempt = int(run.get("attempt") or 1)
         if cancelled:

@@ -158,3 +158,37 @@ def test_the_queue_total_adds_the_column_as_read():
     assert "the runs cost $0.34 " in summary_text(view("0.165", "0.165"), inst)  # 0.17 + 0.17
     assert "the runs cost <$0.01 " in summary_text(view("0.000577", "0.000192"), inst)
     assert "the runs cost $0.01 " in summary_text(view("0.004", "0.004", "0.004"), inst)
+
+
+def test_a_step_on_two_nodes_writes_one_exit_code_a_task_and_the_highest_is_the_runs(
+        tmp_path, monkeypatch):
+    """Both tasks of a 2-node step run the wrapper in the one shared folder at the same moment:
+    neither's exit code is lost to the other's rename, and a daemon that did not start the step
+    (it was restarted) reads the highest, as srun reports it."""
+    import json
+    import os
+    import subprocess
+
+    from gputui.services import jobs_runner
+
+    runs = tmp_path / "runs"
+    monkeypatch.setattr(jobs_runner, "RUNS", str(runs))
+    d = runs / "1"
+    d.mkdir(parents=True)
+    (d / "spec.json").write_text(json.dumps({"command": "x", "name": "both"}))
+    (d / "state.json").write_text(json.dumps({"status": "running"}))
+    for _ in range(20):  # the race, many times over
+        procs = [subprocess.Popen(
+            ["/bin/sh", "-c", jobs_runner.STEP_WRAPPER, "gputui-run", str(tmp_path),
+             f"exit {code}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=dict(os.environ, GPUTUI_JOB_DIR=str(d), SLURM_PROCID=str(task)))
+            for task, code in ((0, 0), (1, 3))]
+        outs = [p.communicate()[0] for p in procs]
+        assert outs == [b"", b""], outs  # no "mv: cannot stat" in the run's log
+        assert sorted(p.name for p in d.iterdir() if p.name.startswith("exit_code")) == [
+            "exit_code.task0", "exit_code.task1"]
+    daemon = jobs_runner.Daemon()
+    daemon.launch = {"argv": ["srun", "--jobid=7"]}
+    daemon.finish(jobs_runner.load("1"), None)
+    state = json.loads((d / "state.json").read_text())
+    assert (state["status"], state["exit_code"]) == ("failed", 3)
