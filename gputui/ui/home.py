@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
+from rich.segment import Segment
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -77,10 +78,39 @@ def _rate_text(inst: Instance) -> str:
 CELL_RENDERS_KEPT = 500
 
 
+def _plain(value: object) -> str | None:
+    """A cell's text where it is drawn as one run of plain text (no markup, no styles, one
+    line, printable), else None."""
+    if isinstance(value, str):
+        text = value
+        if "[" in text:  # DataTable reads a str as markup
+            return None
+    elif isinstance(value, Text) and not value.spans and not value.style:
+        text = value.plain
+    else:
+        return None
+    return text if text and text.isprintable() else None
+
+
+def _swapped(cells: list[Segment], old: str, new: str) -> list[Segment] | None:
+    """A cell's rendered line with its text `old` replaced by `new` of the same width, its
+    styles kept (None where `old` is not one whole segment of it: cut, wrapped)."""
+    hits = [i for i, seg in enumerate(cells) if seg.text == old and not seg.control]
+    if len(hits) != 1:
+        return None
+    line = list(cells)
+    line[hits[0]] = Segment(new, cells[hits[0]].style)
+    return line
+
+
 class RowTable(DataTable):
-    """Home's table: a cell whose width stays is rendered again alone and repaints its own row
-    only. Textual's DataTable renders every cell of every line again on any cell update: each
-    countdown second redrew the whole table (update_width=True keeps DataTable's way)."""
+    """Home's table: a changed cell of the same width is drawn again alone and only its place
+    on the terminal is written. Textual's DataTable renders every cell of every line again on
+    any cell update and repaints the whole table: each countdown second redrew it all.
+
+    A countdown's new text (plain, as wide as the old) is put into the row's cached line in
+    place of the old, with the cell's styles as they were (no Rich render at all); any other
+    change renders that cell again alone; `update_width=True` keeps DataTable's own way."""
 
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str,  # type: ignore[override]
                     value: object, *, update_width: bool = False) -> None:
@@ -92,10 +122,14 @@ class RowTable(DataTable):
         if row not in self._row_locations or column not in self._column_locations:
             super().update_cell(row, column, value)  # (raises CellDoesNotExist)
             return
+        old = _plain(self._data[row].get(column))
+        new = _plain(value)
+        swap = old is not None and new is not None and cell_len(old) == cell_len(new)
         # as DataTable.update_cell, but only this cell's cached renders are dropped (a new
-        # update count would drop every cell's) and only the row's lines are repainted
+        # update count would drop every cell's) and only the cell is repainted
         self._data[row][column] = value
         index = self.get_row_index(row)
+        column_index = self.get_column_index(column)
         cells = self._cell_render_cache
         if len(cells) > CELL_RENDERS_KEPT:
             cells.clear()
@@ -104,12 +138,46 @@ class RowTable(DataTable):
         for key in [k for k in cells.keys()
                     if k[1].value == column_value and k[0].value == row_value]:
             cells.discard(key)
-        for row_key_ in [k for k in self._row_render_cache.keys() if k[0].value == row_value]:
-            self._row_render_cache.discard(row_key_)
         for count_index in [k for k in self._row_renderable_cache.keys() if k[1] == index]:
             self._row_renderable_cache.discard(count_index)
+        rows = self._row_render_cache
+        for row_key_ in [k for k in rows.keys() if k[0].value == row_value]:
+            patched = self._patched(rows[row_key_], row_key_, index, column_index,
+                                    (old, new) if swap else None)
+            rows.discard(row_key_)  # (an LRUCache keeps a key's first value: out, then in)
+            if patched is not None:
+                rows[row_key_] = patched
         self._line_cache.clear()
-        self.refresh_row(index)
+        self.refresh_coordinate(Coordinate(index, column_index))
+
+    def _patched(self, pair: tuple[list, list], key: tuple, index: int, column_index: int,
+                 swap: tuple[str, str] | None) -> tuple[list, list] | None:
+        """A row's cached line with one cell drawn again, the others kept (None: drop it,
+        where it is not a line of this table as it is drawn now)."""
+        fixed, scrollable = pair
+        (_row, line_no, base_style, cursor_at, hover_at, cursor_type, show_cursor,
+         show_hover, update_count, pseudo) = key
+        if (self.fixed_columns or fixed or column_index >= len(scrollable) - 1
+                or update_count != self._update_count or pseudo != self._pseudo_class_state
+                or cursor_type != self.cursor_type or show_cursor != self.show_cursor
+                or show_hover != self._show_hover_cursor or cursor_at != self.cursor_coordinate
+                or hover_at != self.hover_coordinate):
+            return None
+        line = _swapped(scrollable[column_index], *swap) if swap is not None else None
+        if line is None:
+            at = Coordinate(index, column_index)
+            column = self.ordered_columns[column_index]
+            lines = self._render_cell(
+                index, column_index, self._get_row_style(index, base_style),
+                column.get_render_width(self),
+                cursor=self._should_highlight(cursor_at, at, cursor_type),
+                hover=self._should_highlight(hover_at, at, cursor_type))
+            if line_no >= len(lines):
+                return None
+            line = lines[line_no]
+        scrollable = list(scrollable)
+        scrollable[column_index] = line
+        return fixed, scrollable
 
 
 def _remeasure(table: DataTable) -> None:

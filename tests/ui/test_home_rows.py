@@ -59,3 +59,63 @@ async def test_a_cell_update_shows_on_its_row_only_and_the_cursor_stays():
         await pilot.pause()
         assert "1h 05m 00s" in lines(table)[1]
         assert table.columns[next(iter(table.columns))].label.plain == "name"
+
+
+def styled(table: RowTable, y: int) -> list[tuple[str, str]]:
+    """A line as (text, style) runs: what the terminal is told, colours included."""
+    strip = table.render_line(y).simplify()
+    return [(seg.text, str(seg.style)) for seg in strip if seg.text]
+
+
+async def test_a_countdown_second_is_drawn_exactly_as_a_fresh_render_of_the_row():
+    """The new text is put in place of the old in the row's drawn line (no Rich render per
+    tick): on the cursor's row, a zebra row and a plain one, what is drawn must equal what a
+    table drawn from scratch with the same values shows — colours, cursor and all."""
+    app = TableApp()
+    async with app.run_test(size=(60, 10)) as pilot:
+        table = app.query_one(RowTable)
+        await pilot.pause()
+        table.move_cursor(row=1)
+        await pilot.pause()
+        lines(table)  # every row drawn once with the cursor where it is now
+        calls: list[tuple[int, int]] = []
+        render_cell = table._render_cell
+
+        def counted(row: int, column: int, *args: object, **kwargs: object):
+            calls.append((row, column))
+            return render_cell(row, column, *args, **kwargs)
+
+        table._render_cell = counted  # type: ignore[method-assign]
+        for name, value in (("alpha", "49m 09s"), ("bravo", "48m 01s"),
+                            ("charlie", Text("12m 39s"))):
+            table.update_cell(name, "release", value)
+        await pilot.pause()
+        drawn = [styled(table, y) for y in range(len(ROWS) + 1)]
+        assert calls == []  # no cell rendered again: the three texts swapped in place
+        table._render_cell = render_cell  # type: ignore[method-assign]
+        # the same values drawn from scratch (every cache dropped)
+        table.update_cell("alpha", "release", "49m 09s", update_width=True)
+        await pilot.pause()
+        assert [styled(table, y) for y in range(len(ROWS) + 1)] == drawn
+        assert "48m 01s" in table.render_line(2).text and "12m 39s" in table.render_line(3).text
+
+
+async def test_a_cell_that_is_not_plain_text_of_the_same_width_is_rendered_again():
+    """Markup, styles, a wider or narrower text and wide characters are rendered by DataTable
+    as ever: never a text swapped into a cell drawn for something else."""
+    app = TableApp()
+    async with app.run_test(size=(60, 10)) as pilot:
+        table = app.query_one(RowTable)
+        await pilot.pause()
+        # (each as wide as the text before it where that could tempt a swap: "[u]1[/]")
+        for value, shows in (("[u]1[/]", " 1 "), (Text("48m 00s", style="red"), "48m 00s"),
+                             ("释放中…", "释放中…"), ("47m 59s", "47m 59s"),
+                             ("9m 59s", "9m 59s")):
+            lines(table)  # drawn as it is now: a swap would find the old text in place
+            table.update_cell("bravo", "release", value)
+            await pilot.pause()
+            fresh = styled(table, 2)
+            table.update_cell("alpha", "release", "49m 10s", update_width=True)  # drops caches
+            await pilot.pause()
+            assert styled(table, 2) == fresh, value
+            assert shows in table.render_line(2).text
