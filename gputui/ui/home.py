@@ -124,7 +124,8 @@ class RowTable(DataTable):
             return
         old = _plain(self._data[row].get(column))
         new = _plain(value)
-        swap = old is not None and new is not None and cell_len(old) == cell_len(new)
+        swap = ((old, new) if old is not None and new is not None
+                and cell_len(old) == cell_len(new) else None)
         # as DataTable.update_cell, but only this cell's cached renders are dropped (a new
         # update count would drop every cell's) and only the cell is repainted
         self._data[row][column] = value
@@ -142,8 +143,7 @@ class RowTable(DataTable):
             self._row_renderable_cache.discard(count_index)
         rows = self._row_render_cache
         for row_key_ in [k for k in rows.keys() if k[0].value == row_value]:
-            patched = self._patched(rows[row_key_], row_key_, index, column_index,
-                                    (old, new) if swap else None)
+            patched = self._patched(rows[row_key_], row_key_, index, column_index, swap)
             rows.discard(row_key_)  # (an LRUCache keeps a key's first value: out, then in)
             if patched is not None:
                 rows[row_key_] = patched
