@@ -268,3 +268,36 @@ async def test_stopping_a_watch_is_not_lost_when_a_wake_up_arrives_at_once(servi
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 2)
     await tel.close()
+
+
+async def test_in_the_background_links_probe_less_and_processes_wait_but_the_monitor_gets_them_at_once(
+        services: Services):
+    """While no screen shows the streams (Home in view), the streams sample every 5 s, their
+    links probe a silent host every 10 s instead of 2 s and the process list is read once a
+    minute: a console left on Home costs little. The Monitor shown again has the process
+    list at once, not a minute later, and its links probe every 2 s again."""
+    tel = make_telemetry(services, interval=1.0, process_interval=None)  # the built-in paces
+    try:
+        inst = await rent(services, count=1)
+        tel.start(inst)
+        await wait_for(lambda: samples_of(services, inst.id, 0) >= 1, what="samples")
+        link = services.links.peek(inst.id)
+        assert link is not None and link.keepalive_interval == 2.0
+        assert tel.process_interval == 3.0
+
+        tel.set_background(True)
+        conn = await link.connection()
+        assert (link.keepalive_interval, tel.process_interval) == (10.0, 60.0)
+        assert conn._keepalive_interval == 10.0  # the open connection, not only the next one
+        await asyncio.sleep(1.0)  # the read that going to the background wakes is over
+        pid = await start_load(services, inst)
+        await asyncio.sleep(2.0)
+        tel_now = services.store.telemetry(inst.id)
+        assert pid not in {p.pid for p in tel_now.processes}  # the next read is a minute away
+
+        tel.set_background(False)
+        await wait_for(lambda: pid in {p.pid for p in services.store.telemetry(inst.id).processes},
+                       timeout=5.0, what="the load, read as the Monitor is shown")
+        assert (link.keepalive_interval, conn._keepalive_interval) == (2.0, 2.0)
+    finally:
+        await tel.close()

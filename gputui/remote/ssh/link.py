@@ -170,6 +170,16 @@ class Link:
     def closed(self) -> bool:
         return self._closed
 
+    def set_keepalive(self, interval: float, count_max: int) -> None:
+        """Probe a silent connection every `interval` seconds, down after `count_max`
+        unanswered probes: from now on the open connection, and every later one."""
+        if (interval, count_max) == (self.keepalive_interval, self.keepalive_count_max):
+            return
+        self.keepalive_interval, self.keepalive_count_max = interval, count_max
+        conn = self._conn
+        if conn is not None and not conn.is_closed():
+            conn.set_keepalive(interval, count_max)
+
     def set_password(self, password: str | None) -> None:
         """Use this password from the next connection attempt on (kept in memory only)."""
         self._password = password

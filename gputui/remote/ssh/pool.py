@@ -53,6 +53,12 @@ class LinkPool:
         self._links[instance_id] = link
         return link
 
+    def set_keepalive(self, interval: float, count_max: int) -> None:
+        """Keepalives of every link, open or made later."""
+        self._options.update(keepalive_interval=interval, keepalive_count_max=count_max)
+        for link in self._links.values():
+            link.set_keepalive(interval, count_max)
+
     def peek(self, instance_id: str) -> Link | None:
         return self._links.get(instance_id)
 

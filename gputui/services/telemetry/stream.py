@@ -227,14 +227,34 @@ class TelemetryService:
             self._foreground_since = self._clock()
         if self.stream_interval == before:
             return
-        if self._deferred(self._restart_all):
+        if self._deferred(self._repace):
             return
+        self._repace()
+
+    def _repace(self) -> None:
+        self._pace_links()
         self._restart_all()
+
+    def _pace_links(self) -> None:
+        """Keepalives sized to the pace the streams sample at now: a stream's lines keep its
+        link from ever needing one, so a probe only goes out when a host falls silent — every
+        2 s at 1 s telemetry, every 10 s while nothing on screen shows the streams (a silent
+        host then reads "reconnecting" in about half a minute instead of a few seconds)."""
+        # (never made here: the pool, once something has used it)
+        links = getattr(self.services, "__dict__", {}).get("links")
+        if links is not None and hasattr(links, "set_keepalive"):
+            links.set_keepalive(*self._keepalive())
+
+    #: the process list's pace while nothing on screen shows it (only the Monitor's detail
+    #: and its hints read it; the Monitor reads it again the moment it is shown)
+    BACKGROUND_PROCESS_INTERVAL = 60.0
 
     @property
     def process_interval(self) -> float:
         if self._process_interval is not None:
             return self._process_interval
+        if self._background:
+            return self.BACKGROUND_PROCESS_INTERVAL
         return min(30.0, max(2.0, 3 * self.stream_interval))
 
     @property
@@ -260,9 +280,8 @@ class TelemetryService:
 
     def _restart_all(self) -> None:
         for w in self._watches.values():
-            if w.local:
-                w.wake.set()
-            elif w.stream_task is not None:
+            w.wake.set()  # the process list read at once at the new pace
+            if not w.local and w.stream_task is not None:
                 self._restart_stream(w)
 
     # -- watching -----------------------------------------------------------------------------
@@ -506,7 +525,17 @@ class TelemetryService:
     # -- the stream -----------------------------------------------------------------------------
 
     async def _link(self, w: _Watch) -> Any:
-        return await self.services.link(w.inst)
+        link = await self.services.link(w.inst)
+        pace = self._keepalive()
+        if hasattr(link, "set_keepalive"):  # (a link made before the pace last changed)
+            link.set_keepalive(*pace)
+        return link
+
+    def _keepalive(self) -> tuple[float, int]:
+        from gputui.services.hub import keepalive_for
+
+        pace = keepalive_for(self.stream_interval)
+        return pace["keepalive_interval"], int(pace["keepalive_count_max"])
 
     async def _node_links(self, w: _Watch) -> list[tuple[str, Any]] | None:
         """One link a machine for an instance spread over several (a multi-node Slurm
