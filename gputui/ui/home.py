@@ -7,11 +7,14 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.coordinate import Coordinate
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey, RowKey
 
@@ -108,9 +111,10 @@ class RowTable(DataTable):
     on the terminal is written. Textual's DataTable renders every cell of every line again on
     any cell update and repaints the whole table: each countdown second redrew it all.
 
-    A countdown's new text (plain, as wide as the old) is put into the row's cached line in
-    place of the old, with the cell's styles as they were (no Rich render at all); any other
-    change renders that cell again alone; `update_width=True` keeps DataTable's own way."""
+    A countdown's new text (plain, as wide as the old) is put in place of the old in the row's
+    cached cells and finished lines, with the cell's styles as they were (no Rich render, no
+    line built again); any other change renders that cell alone; lines drawn for another
+    cursor place are dropped; `update_width=True` keeps DataTable's own way."""
 
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str,  # type: ignore[override]
                     value: object, *, update_width: bool = False) -> None:
@@ -125,43 +129,78 @@ class RowTable(DataTable):
         old = _plain(self._data[row].get(column))
         new = _plain(value)
         swap = ((old, new) if old is not None and new is not None
-                and cell_len(old) == cell_len(new) else None)
+                and cell_len(old) == cell_len(new) and not self.fixed_columns else None)
         # as DataTable.update_cell, but only this cell's cached renders are dropped (a new
         # update count would drop every cell's) and only the cell is repainted
         self._data[row][column] = value
         index = self.get_row_index(row)
         column_index = self.get_column_index(column)
+        region = self._get_cell_region(Coordinate(index, column_index))
+        # what a cached line was drawn for, as it is now (DataTable's cache keys hold these)
+        now = (self.cursor_coordinate, self.hover_coordinate, self.cursor_type,
+               self.show_cursor, self._show_hover_cursor, self._update_count,
+               self._pseudo_class_state)
         cells = self._cell_render_cache
         if len(cells) > CELL_RENDERS_KEPT:
             cells.clear()
         # keys compared by their text: a StringKey's own == is a Python call per cached cell
         row_value, column_value = row.value, column.value
-        for key in [k for k in cells.keys()
-                    if k[1].value == column_value and k[0].value == row_value]:
-            cells.discard(key)
+        for cell in [k for k in cells.keys()
+                     if k[1].value == column_value and k[0].value == row_value]:
+            cells.discard(cell)
         for count_index in [k for k in self._row_renderable_cache.keys() if k[1] == index]:
             self._row_renderable_cache.discard(count_index)
         rows = self._row_render_cache
-        for row_key_ in [k for k in rows.keys() if k[0].value == row_value]:
-            patched = self._patched(rows[row_key_], row_key_, index, column_index, swap)
-            rows.discard(row_key_)  # (an LRUCache keeps a key's first value: out, then in)
+        for key in [k for k in rows.keys() if k[0].value == row_value]:
+            patched = None
+            # (row, line, base style, cursor, hover, cursor type, show cursor, show hover,
+            # update count, pseudo-classes)
+            if (key[3], key[4], key[5], key[6], key[7], key[8], key[9]) == now:
+                patched = self._patched(rows[key], key, index, column_index, swap)
+            rows.discard(key)  # (an LRUCache keeps a key's first value: out, then in)
             if patched is not None:
-                rows[row_key_] = patched
-        self._line_cache.clear()
-        self.refresh_coordinate(Coordinate(index, column_index))
+                rows[key] = patched
+        lines = self._line_cache
+        width = self.size.width
+        for at in list(lines.keys()):
+            try:
+                on_row = self._get_offsets(at[0])[0].value == row_value
+            except LookupError:
+                on_row = True
+            if not on_row:
+                continue
+            line = None
+            # (y, x1, x2, width, cursor, hover, base style, cursor type, show hover, update
+            # count, pseudo-classes): show_cursor is not in it, a line drawn with it is
+            if swap is not None and at[3] == width and (
+                    at[4], at[5], at[7], at[8], at[9], at[10]) == (
+                    now[0], now[1], now[2], now[4], now[5], now[6]):
+                line = _swapped_strip(lines[at], region.x + self.cell_padding - at[1], *swap)
+            lines.discard(at)
+            if line is not None:
+                lines[at] = line
+        self._refresh_region(region)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # the widget's style, worked out from its ancestors once a frame, not once a line
+        self._frame_style: Style | None = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame_style = None
+
+    @property
+    def rich_style(self) -> Style:
+        style = self.__dict__.get("_frame_style")
+        return style if style is not None else super().rich_style
 
     def _patched(self, pair: tuple[list, list], key: tuple, index: int, column_index: int,
                  swap: tuple[str, str] | None) -> tuple[list, list] | None:
-        """A row's cached line with one cell drawn again, the others kept (None: drop it,
-        where it is not a line of this table as it is drawn now)."""
+        """A row's cached line (drawn as the table is now) with one cell drawn again, the
+        others kept (None: drop it)."""
         fixed, scrollable = pair
-        (_row, line_no, base_style, cursor_at, hover_at, cursor_type, show_cursor,
-         show_hover, update_count, pseudo) = key
-        if (self.fixed_columns or fixed or column_index >= len(scrollable) - 1
-                or update_count != self._update_count or pseudo != self._pseudo_class_state
-                or cursor_type != self.cursor_type or show_cursor != self.show_cursor
-                or show_hover != self._show_hover_cursor or cursor_at != self.cursor_coordinate
-                or hover_at != self.hover_coordinate):
+        _row, line_no, base_style, cursor_at, hover_at, cursor_type = key[:6]
+        if fixed or column_index >= len(scrollable) - 1:
             return None
         line = _swapped(scrollable[column_index], *swap) if swap is not None else None
         if line is None:
@@ -178,6 +217,27 @@ class RowTable(DataTable):
         scrollable = list(scrollable)
         scrollable[column_index] = line
         return fixed, scrollable
+
+
+def _swapped_strip(strip: Strip, x: int, old: str, new: str) -> Strip | None:
+    """A finished line with the text `old` at cell `x` replaced by `new` of the same width
+    (None where the line does not hold `old` there, within one segment of one style)."""
+    at = 0
+    segments = list(strip)
+    for i, seg in enumerate(segments):
+        text = seg.text
+        cells = len(text) if text.isascii() else cell_len(text)
+        if at + cells <= x:
+            at += cells
+            continue
+        start = x - at  # in cells; in characters where a wide one comes before it
+        if cells != len(text):
+            start = next((n for n in range(len(text) + 1) if cell_len(text[:n]) >= start), -1)
+        if seg.control or start < 0 or text[start:start + len(old)] != old:
+            return None
+        segments[i] = Segment(text[:start] + new + text[start + len(old):], seg.style)
+        return Strip(segments, strip.cell_length)
+    return None
 
 
 def _remeasure(table: DataTable) -> None:

@@ -10,7 +10,7 @@ from textual.app import App, ComposeResult
 from gputui.ui.home import RowTable
 
 ROWS = [("alpha", "2× 4090", "49m 10s"), ("bravo", "2× 4090", "48m 02s"),
-        ("charlie", "1× H100", "12m 40s")]
+        ("charlie", "1× H100", "12m 40s"), ("训练甲", "2× 4090", "47分 10秒")]
 
 
 class TableApp(App):
@@ -87,17 +87,18 @@ async def test_a_countdown_second_is_drawn_exactly_as_a_fresh_render_of_the_row(
 
         table._render_cell = counted  # type: ignore[method-assign]
         for name, value in (("alpha", "49m 09s"), ("bravo", "48m 01s"),
-                            ("charlie", Text("12m 39s"))):
+                            ("charlie", Text("12m 39s")), ("训练甲", "47分 09秒")):
             table.update_cell(name, "release", value)
         await pilot.pause()
         drawn = [styled(table, y) for y in range(len(ROWS) + 1)]
-        assert calls == []  # no cell rendered again: the three texts swapped in place
+        assert calls == []  # no cell rendered again: the four texts swapped in place
         table._render_cell = render_cell  # type: ignore[method-assign]
         # the same values drawn from scratch (every cache dropped)
         table.update_cell("alpha", "release", "49m 09s", update_width=True)
         await pilot.pause()
         assert [styled(table, y) for y in range(len(ROWS) + 1)] == drawn
         assert "48m 01s" in table.render_line(2).text and "12m 39s" in table.render_line(3).text
+        assert "47分 09秒" in table.render_line(4).text
 
 
 async def test_a_cell_that_is_not_plain_text_of_the_same_width_is_rendered_again():
