@@ -12,7 +12,7 @@ from textual.widgets import Checkbox, Footer, Static
 from textual.widgets._footer import FooterKey
 
 from gputui.format import format_money
-from gputui.i18n import N_, _, cell_len
+from gputui.i18n import N_, _, cell_len, current_language
 
 #: an instance's label in a table, at most (cut in the middle, where generated names differ):
 #: a long one must not push the status and cost off an 80-column screen
@@ -94,6 +94,22 @@ class TopBar(Static):
         return [_("{balance} · ≈{span}").format(balance=head, span=span), head, ""]
 
     def render(self) -> Text:
+        # Each second only the clock changes (always HH:MM:SS, 8 cells): the rest of the line
+        # is worked out again only when what it says changes.
+        key = (self.title, self.size_note, self.size.width, self.rate, self.accrued,
+               self.billing_count, self.by_currency, self.wallet, self.keeper,
+               current_language(), len(self.clock))
+        cached = getattr(self, "_laid", None)
+        if cached is None or cached[0] != key:
+            cached = (key, self._lay_out())
+            self._laid = cached
+        left, pad, right = cached[1]
+        return Text.assemble(left, pad, right + self.clock)
+
+    def _lay_out(self) -> tuple[Text, str, str]:
+        """The line laid out for a clock as wide as this one: (left, padding, the right part
+        before the clock, which ends the line)."""
+        clock = "0" * len(self.clock)
         # the title is the screen's TITLE (English, marked with N_): shown in the language of now
         left = Text.assemble(("gputui", "bold"), " · ", (_(self.title), "bold"))
         if self.size_note:
@@ -106,8 +122,8 @@ class TopBar(Static):
         choices += [("", m) for m in dict.fromkeys(meters)]
         right = Text("")
         for account, meter in choices:
-            right = Text(f"{account} · {meter} · {self.clock}" if account
-                         else f"{meter} · {self.clock}")
+            right = Text(f"{account} · {meter} · {clock}" if account
+                         else f"{meter} · {clock}")
             if left.cell_len + 1 + right.cell_len <= width:
                 break
         if self.keeper:
@@ -118,7 +134,7 @@ class TopBar(Static):
             if cell_len(keeper) + 2 <= room:
                 left.append(f"  {keeper}", style="italic")
         pad = max(1, width - left.cell_len - right.cell_len)
-        return Text.assemble(left, " " * pad, right)
+        return left, " " * pad, right.plain[:len(right.plain) - len(clock)]
 
     def tick(self, rate: Decimal, accrued: Decimal, count: int, now: datetime,
              by_currency: tuple[tuple[str, Decimal, Decimal], ...] = ()) -> None:

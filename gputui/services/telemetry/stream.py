@@ -205,7 +205,7 @@ class TelemetryService:
 
     # While no screen that shows the streams is in view, they sample this often at most: the
     # lease clock, idle rules and budgets still see the instances, at a fraction of the cost.
-    BACKGROUND_INTERVAL = 5.0
+    BACKGROUND_INTERVAL = 10.0
     _background = False
     _foreground_since = float("-inf")
 
