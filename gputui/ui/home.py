@@ -527,10 +527,15 @@ class HomeScreen(BaseScreen):
         note.display = True
 
     def tick(self) -> None:
+        # the app's second can come while Home is mounted but its widgets are not (yet, or
+        # any more: the app closing): nothing on screen to tick then
+        tables = self.query(DataTable)
+        if not tables or not hasattr(self, "_instances"):
+            return
+        table = tables.first()
         self._ticks = getattr(self, "_ticks", 0) + 1
         if self._ticks % 10 == 0:  # a daemon started or stopped meanwhile
             self.check_keeper()
-        table = self.query_one(DataTable)
         now = self.gapp.now()
         for inst in self._instances.values():
             self._update(table, inst.id, self._cells(inst, now, ticking=True))
