@@ -73,6 +73,11 @@ class UnknownJob(NotFound):
     """No such job on the instance."""
 
 
+class LostAnswer(JobError):
+    """The runner's answer never came (the link closed, the process was killed): what was
+    asked may or may not have been done on the instance."""
+
+
 @dataclass(frozen=True)
 class JobSpec:
     command: str
@@ -490,6 +495,9 @@ class JobService:
             raise UnknownJob(f"{inst.name}: {_last(result)}")
         if result.exit_status == 3:
             raise BadInput(f"{inst.name}: {_last(result)}")
+        if result.exit_status is None or result.exit_status < 0:  # the link went mid-answer
+            raise LostAnswer(_("{name}: the link closed before the instance answered").format(
+                name=inst.name))
         if result.exit_status != 0:
             raise JobError(_("{name}: the queue runner failed: {error}").format(
                 name=inst.name, error=_last(result)))
@@ -713,8 +721,29 @@ class JobService:
                        "poweroff": bool(caps.power_off_stops_billing) and policy != "keep",
                        "release_at": (lease.release_at.isoformat()
                                       if lease and lease.release_at else None)}
-        await self._json(inst, "when-done", input=json.dumps(on_instance))
+        # Kept here before the instance is told: where the instance acts at once (an ended
+        # queue, no grace) and its answer is lost, the results to bring home are still known.
+        path = _policy_path(self.services, inst.id)
+        try:
+            before: bytes | None = path.read_bytes()
+        except OSError:
+            before = None
         save_when_done(self.services, inst.id, rec)
+        try:
+            await self._json(inst, "when-done", input=json.dumps(on_instance))
+        except LostAnswer as exc:
+            self.store.emit(LeaseChanged(inst.id))
+            raise JobError(_("{error}; the when-done is kept here, as asked — `gputui jobs "
+                             "{name}` shows whether the instance has it").format(
+                error=str(exc), name=inst.name)) from None
+        except Exception:  # the instance said no, or was never reached: nothing changed
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                from gputui.config import write_private
+
+                write_private(path, before)
+            raise
         self.store.emit(LeaseChanged(inst.id))  # Home shows it beside the timer
         return rec
 

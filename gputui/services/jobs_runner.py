@@ -453,10 +453,10 @@ def cmd_when_done():
     policy = json.load(sys.stdin)
     with Locked():
         write_json(WHEN_DONE, policy)
-        runs = all_runs()
         ended = read_json(QUEUE_END)
-    if ended is not None and not any(r["status"] in ("queued", "running") for r in runs):
-        apply_when_done(ended)
+        if ended is not None and not any(r["status"] in ("queued", "running")
+                                         for r in all_runs()):
+            apply_when_done(ended, asked=True)
     json.dump({"queue_end": read_json(QUEUE_END)}, sys.stdout)
     return 0
 
@@ -932,10 +932,13 @@ def _why(exc):
     return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
 
 
-def apply_when_done(end):
+def apply_when_done(end, asked=False):
     """After the last run: power off after the grace period (or at the release timer, if that
     comes first), where that was asked for (release or stop on a provider whose billing stops
-    at power-off)."""
+    at power-off). `asked`: set by `when-done` on a queue that has already ended — with no
+    grace left nothing is powered off here: gputui, which asked and waits for this answer,
+    finishes it now (results home, then release or stop by the provider), and a power-off
+    now would cut its link (and the results' pull) short."""
     policy = read_json(WHEN_DONE) or {}
     if launch_settings() is not None:
         return  # a cluster's login node: the allocation is released by gputui (scancel)
@@ -953,6 +956,8 @@ def apply_when_done(end):
         except ValueError:
             pass
     minutes = int(math.ceil(grace / 60))
+    if minutes <= 0 and asked:
+        return
     when = "now" if minutes <= 0 else "+%d" % minutes
     rc = subprocess.call(["shutdown", "-h", when], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)

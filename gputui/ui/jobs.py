@@ -571,11 +571,16 @@ class JobsScreen(BaseScreen):
                         severity="error")
             return
         pulls = [pull] if pull else []
+        jobs = self._service()
         try:
-            await self._service().set_when_done(inst, policy, pulls=pulls)  # type: ignore[arg-type]
+            await jobs.set_when_done(inst, policy, pulls=pulls)  # type: ignore[arg-type]
         except Exception as exc:
             self.notify(f"{inst.name}: {shown(exc)}", severity="error")
             return
         self.notify(_("{name}: when its queue ends: {policy}").format(name=inst.name,
                                                                      policy=policy))
+        try:  # the queue may have ended already: done now (results home first)
+            await jobs.finish(inst, force=True)
+        except Exception as exc:
+            self.notify(f"{inst.name}: {shown(exc)}", severity="error")
         self._head()

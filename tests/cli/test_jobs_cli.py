@@ -137,8 +137,8 @@ def test_powered_off_with_results_not_home_is_started_pulled_then_released(gputu
     are brought home first, then it is released. (Where the provider cannot start it, it is
     kept with an alarm: tests/services/test_jobs.py.)"""
     iid = create(gputui_home, "off")
-    add = gputui(gputui_home, "jobs", "off", "add", "--",
-                 "mkdir -p out && echo done > out/r.txt")
+    add = gputui(gputui_home, "jobs", "off", "add", "--",  # still running at when-done
+                 "sleep 4 && mkdir -p out && echo done > out/r.txt")
     assert add.returncode == 0, add.stderr
     wd = gputui(gputui_home, "jobs", "off", "when-done", "release", "--pull", "out", "--to",
                 str(tmp_path / "out"), "--grace", "0s")
@@ -157,6 +157,26 @@ def test_powered_off_with_results_not_home_is_started_pulled_then_released(gputu
     assert (tmp_path / "out" / "r.txt").read_text() == "done\n"  # the result came home first
     [inst] = json.loads(gputui(gputui_home, "instances", "--json", "--all").stdout)
     assert inst["status"] == "released"
+
+
+def test_when_done_after_the_queue_ended_is_done_at_once_results_first(gputui_home: Path,
+                                                                       tmp_path: Path):
+    """The queue ended before `when-done release --grace 0s --pull`: the command itself brings
+    the results home and releases it, and says so (it used to power the instance off under
+    its own link: "the queue runner failed: exit -1")."""
+    iid = create(gputui_home, "late")
+    add = gputui(gputui_home, "jobs", "late", "add", "--", "mkdir -p out && echo done > out/r.txt")
+    assert add.returncode == 0, add.stderr
+    wait_for(gputui_home / "sandbox" / "instances" / iid / ".gputui" / "jobs" / "queue_end.json")
+    wd = gputui(gputui_home, "jobs", "late", "when-done", "release", "--pull", "out", "--to",
+                str(tmp_path / "out"), "--grace", "0s")
+    assert wd.returncode == 0, wd.stderr
+    assert "done now: released" in wd.stdout
+    assert (tmp_path / "out" / "r.txt").read_text() == "done\n"
+    [inst] = json.loads(gputui(gputui_home, "instances", "--json", "--all").stdout)
+    assert inst["status"] == "released"
+    [row] = json.loads(gputui(gputui_home, "costs", "--json").stdout)["rows"]
+    assert row["end_reason"] == "done"
 
 
 def _clock(text: str) -> int:

@@ -457,3 +457,74 @@ async def test_deadline_warnings_say_the_results_are_not_home(services: Services
         "so it is kept, not released"), warnings[-1]
     assert f"`gputui release {inst.name}` releases it anyway" in warnings[-1]
     assert "will be released" not in " ".join(warnings)
+
+
+# -- when-done on a queue that has already ended ---------------------------------------------
+async def test_when_done_at_once_on_an_ended_queue_is_finished_by_gputui_not_a_power_off(
+        services: Services, tmp_path: Path):
+    """`when-done release --grace 0s` after the last run ended: the instance does not power
+    itself off (that cut the command's own link: "the queue runner failed: exit -1", nothing
+    recorded here, the results' pull cut short); gputui, there and waiting, finishes it at
+    once — the results home, then the release by the provider."""
+    from gputui.sandbox.shims.state import power_state
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("mkdir -p out && echo done > out/r.txt", name="w")])
+    await jobs.wait(inst)
+    root = root_of(services, inst)
+    rec = await jobs.set_when_done(inst, "release", pulls=[("out", str(tmp_path / "out"))],
+                                   grace_s=0)
+    assert jobs.when_done(inst) == rec and rec.pulls == [{"remote": "out",
+                                                         "local": str(tmp_path / "out")}]
+    assert power_state(root).status == "running"
+    assert (await jobs.view(inst)).poweroff_at is None  # no power-off armed to cut the pull
+    assert await jobs.finish(inst, force=True) == "released"
+    assert (tmp_path / "out" / "r.txt").read_text() == "done\n"  # home before the release
+    assert (await services.store.get_instance(inst.id)).status == InstanceStatus.RELEASED
+
+
+async def test_when_done_with_grace_on_an_ended_queue_still_powers_off_after_it(
+        services: Services):
+    """With a grace period the instance still powers itself off when it has passed, even if
+    no gputui is left to finish it (billing stops; the disk and results are kept)."""
+    from gputui.sandbox.shims.state import power_state
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    await jobs.add(inst, [JobSpec("true", name="w")])
+    await jobs.wait(inst)
+    await jobs.set_when_done(inst, "release", grace_s=60)
+    power = power_state(root_of(services, inst))
+    assert power.status == "scheduled" and power.at is not None
+    view = await jobs.view(inst)
+    assert view.poweroff_at is not None and view.poweroff_in_s == 60
+
+
+async def test_a_when_done_answer_lost_is_kept_here_and_a_refused_one_is_not(
+        services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The link closing before the instance answered: it may have the policy (and act on it),
+    so the record stays here, and the user is told how to check. The instance refusing it:
+    the record before is left as it was."""
+    from types import SimpleNamespace
+
+    from gputui.services.jobs import JobError
+
+    inst = await rent(services)
+    jobs = JobService(services)
+    first = await jobs.set_when_done(inst, "keep")
+    answers = iter([SimpleNamespace(exit_status=3, stdout="", stderr="grace_s: not a number\n"),
+                    SimpleNamespace(exit_status=-1, stdout="", stderr="")])
+
+    async def answer(self, inst, args, *, input=None, timeout=60.0):
+        return next(answers)
+
+    monkeypatch.setattr(JobService, "_runner", answer)
+    with pytest.raises(BadInput, match="grace_s: not a number"):
+        await jobs.set_when_done(inst, "release", pulls=[("out", str(tmp_path / "o"))])
+    assert jobs.when_done(inst) == first  # refused: as it was
+    with pytest.raises(JobError, match=f"kept here.*gputui jobs {inst.name}"):
+        await jobs.set_when_done(inst, "release", pulls=[("out", str(tmp_path / "o"))])
+    kept = jobs.when_done(inst)
+    assert kept is not None and kept.policy == "release"
+    assert kept.pulls == [{"remote": "out", "local": str(tmp_path / "o")}]

@@ -92,7 +92,10 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         await until(pilot, lambda: (tmp_path / "got" / "a.txt").exists(), "the result pulled")
         assert (tmp_path / "got" / "a.txt").read_text() == "42\n"
 
-        # when done: release (nothing to pull)
+        # when done: release (nothing to pull), set while a run is still queued (on a queue
+        # that has already ended it is done at once: tests/services/test_jobs.py)
+        await jobs.add(inst, [JobSpec("sleep 120", name="long")])
+        await until(pilot, lambda: table.row_count == 5, "the long run listed")
         await pilot.press("w")
         await until(pilot, lambda: bool(app.screen.query(Input)), "the when-done form")
         for text in ("release", "", ""):
