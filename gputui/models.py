@@ -202,13 +202,16 @@ class Instance(_Model):
     ended_at: datetime | None = None
     end_reason: EndReason | None = None
     disks: DiskUsage | None = None  # the disks' use, where the provider reports it (AutoDL)
+    # The latest the provider ends it by itself, as last seen (Slurm: start + time limit): an
+    # end never seen (a job Slurm purged, no accounting) is billed to here at the most.
+    ends_by: datetime | None = None
 
     @field_validator("name", "status_detail")
     @classmethod
     def _clean_text(cls, v: str | None) -> str | None:
         return _shown(v)
 
-    @field_validator("created_at", "running_since", "stopped_at", "ended_at")
+    @field_validator("created_at", "running_since", "stopped_at", "ended_at", "ends_by")
     @classmethod
     def _utc(cls, v: datetime | None) -> datetime | None:
         return None if v is None else as_utc(v)

@@ -144,10 +144,11 @@ def _two_node_network(cluster_cleanup: list[list[str]]) -> tuple[str, str, str]:
 
 
 def start_cluster(root: Path, *, gpus: int = 2, gpu_type: str = "h100",
-                  path_prefix: str = "", nodes: int = 1) -> SlurmCluster:
+                  path_prefix: str = "", nodes: int = 1, min_job_age: int = 300) -> SlurmCluster:
     """Start munged, slurmctld and slurmd in `root` (foreground processes this test owns).
     `nodes=2`: two nodes n1 and n2 with `gpus` GPUs each, the second one's slurmd in its own
-    network namespace (as a second machine; see two_nodes_reason)."""
+    network namespace (as a second machine; see two_nodes_reason). `min_job_age`: seconds an
+    ended job stays listed before Slurm purges it (Slurm's MinJobAge)."""
     root.mkdir(parents=True, exist_ok=True)
     for sub in ("state", "spool", "log", "dev", "munge"):
         (root / sub).mkdir(exist_ok=True)
@@ -214,7 +215,7 @@ ReturnToService=2
 KillWait=5
 OverTimeLimit=0
 InactiveLimit=0
-MinJobAge=300
+MinJobAge={min_job_age}
 DefMemPerCPU=256
 GresTypes=gpu
 {node_lines}
@@ -326,7 +327,8 @@ def runner_folder(cluster_name: str) -> Path:
     return Path.home() / ".gputui" / "slurm" / cluster_name
 
 
-def cluster_fixture(folder: str, *, nodes: int = 1, runners_of: Sequence[str] = ()) -> Any:
+def cluster_fixture(folder: str, *, nodes: int = 1, runners_of: Sequence[str] = (),
+                    min_job_age: int = 300) -> Any:
     """The module-scoped fixture `cluster` (assign it: `cluster = cluster_fixture(...)`):
     (the SlurmCluster, its Login) for the module's tests, started in a scratch folder named
     `folder`. Afterwards, even when a test or the start failed, in this order: sshd stops, the
@@ -340,7 +342,7 @@ def cluster_fixture(folder: str, *, nodes: int = 1, runners_of: Sequence[str] = 
         with ExitStack() as after:
             for name in runners_of:
                 after.callback(shutil.rmtree, runner_folder(name), ignore_errors=True)
-            made = start_cluster(root / "cluster", nodes=nodes)
+            made = start_cluster(root / "cluster", nodes=nodes, min_job_age=min_job_age)
             after.callback(made.stop)
             after.callback(made.run, "scancel", "--user=root", check=False)
             login = start_login(root, made)

@@ -386,13 +386,22 @@ class SlurmProvider(Provider):
         view = await self.job_view(cluster, job)
         inst = instance.model_copy()
         if view is None:
-            # Slurm knows the job no more: it ended long enough ago to be purged. Its end is
-            # not known; the time limit is the latest it could have run to.
-            # Billed to now, the latest it can have run to.
-            inst.mark_ended(utcnow(), "external")
-            inst.status_detail = Deferred(N_(
-                "ended: Slurm no longer lists job {job} (purged, and no accounting to ask for "
-                "its end: billed until now)"), job=job)
+            # Slurm knows the job no more: it ended long enough ago to be purged, and there is
+            # no accounting to ask when. It cannot have run past its time limit as last seen
+            # (Slurm ends it there): billed to that, or to now if that is still ahead.
+            now = utcnow()
+            limit = inst.ends_by
+            if limit is not None and inst.running_since is not None and limit < now:
+                inst.mark_ended(max(limit, inst.running_since), "external")
+                inst.status_detail = Deferred(N_(
+                    "ended: Slurm no longer lists job {job} (purged, and no accounting to ask "
+                    "for its end): billed to its time limit, {limit}, the latest it can have "
+                    "run"), job=job, limit=limit.astimezone().strftime("%Y-%m-%d %H:%M"))
+            else:
+                inst.mark_ended(now, "external")
+                inst.status_detail = Deferred(N_(
+                    "ended: Slurm no longer lists job {job} (purged, and no accounting to ask "
+                    "for its end: billed until now)"), job=job)
             return inst
         if view.state in PENDING_STATES:
             inst.status = InstanceStatus.BOOTING
@@ -404,6 +413,7 @@ class SlurmProvider(Provider):
                          reason=view.reason or "None"))
             return inst
         if view.state in RUNNING_STATES:
+            inst.ends_by = view.end  # squeue: the start plus the time limit (None: unlimited)
             if view.start is not None:
                 inst.running_since = view.start
                 inst.billed_running_seconds = 0

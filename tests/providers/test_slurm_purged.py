@@ -1,0 +1,71 @@
+"""An allocation Slurm has already forgotten: it ended (its time limit) while no gputui ran, and
+was purged from Slurm's lists (MinJobAge) before gputui looked again, on a cluster with no
+accounting (sacct knows nothing). Against a real one-node Slurm whose MinJobAge is 2 s; skipped,
+saying why, where Slurm, munge, sshd or root is missing (CI installs them)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from gputui.models import InstanceStatus, Lease, utcnow
+from gputui.providers.base import CreateRequest
+from gputui.services.hub import Services
+from gputui.store import SessionStore
+from tests.conftest import FAST_LINKS
+from tests.drill.sshd_host import needs_sshd
+from tests.slurm_cluster import (
+    cluster_fixture,
+    needs_slurm,
+    services_fixture,
+    unique_cluster,
+    until,
+)
+
+pytestmark = [needs_slurm, needs_sshd]
+
+PRICE = Decimal("3.00")
+CLUSTER = unique_cluster("purging")
+
+cluster = cluster_fixture("slurm-purging", runners_of=(CLUSTER,), min_job_age=2)
+slurm = services_fixture({CLUSTER: str(PRICE)})
+
+
+async def test_a_purged_allocation_is_billed_to_its_time_limit_not_to_now(slurm,
+                                                                         gputui_home: Path):
+    """Billed to the time limit last seen — the latest Slurm lets it run — and said so; not to
+    the moment gputui happened to look again (a laptop opened the next morning would have been
+    billed the whole night)."""
+    svc, made = slurm
+    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
+    inst = await svc.create("slurm", offer, CreateRequest(
+        offer_id=offer.offer_id, gpu_count=1, name="gone"),
+        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(seconds=50)))
+    seen = await svc.refresh(inst)  # gputui saw it running, with its limit
+    assert seen.status == InstanceStatus.RUNNING and seen.ends_by is not None
+    assert seen.running_since is not None
+    assert 55 <= (seen.ends_by - seen.running_since).total_seconds() <= 65  # --time=1
+    job = inst.provider_id.partition(":")[2]
+    await svc.close()  # no gputui process from here on
+
+    def purged() -> bool:
+        out = made.run("squeue", "--states=all", "-h", "-j", job, "-o", "%T", check=False)
+        return out.returncode != 0 or out.stdout.strip() == ""
+
+    await until(purged, 240, "Slurm to end the job and forget it")
+    assert (utcnow() - seen.ends_by).total_seconds() > 20  # it is looked at well after
+
+    later = Services(SessionStore(gputui_home / "state.db"), svc.config, state_dir=gputui_home,
+                     link_options=dict(FAST_LINKS))
+    try:
+        fresh = await later.refresh(later.store.get_instance_sync(inst.id))
+        entry = next(e for e in later.store.ledger_sync() if e.instance_id == inst.id)
+    finally:
+        await later.close()
+    assert fresh.status == InstanceStatus.RELEASED and fresh.ended_at == seen.ends_by
+    assert "billed to its time limit" in fresh.status_detail
+    assert 55 <= fresh.running_seconds() <= 65  # the minute it was allowed, not until now
+    assert entry.currency == "CNY"
+    assert abs(entry.compute_cost - PRICE * Decimal(fresh.running_seconds()) / 3600) <= Decimal(
+        "0.01")
