@@ -45,6 +45,7 @@ from pydantic import StrictBool
 
 from gputui.config import Config, parse_duration
 from gputui.errors import BadInput, GputuiError
+from gputui.format import default_label
 from gputui.models import Instance, Lease, money, utcnow
 from gputui.services.ollama import service_for
 
@@ -57,16 +58,6 @@ MAX_RUNS = 1000  # runs one jobs_add may queue
 MAX_COMMAND_CHARS = 16_000
 MAX_LOG_LINES = 5000
 POLICIES = ("release", "stop", "keep")
-
-
-def default_name(gpu: str) -> str:
-    """`agent-4090-1a2b`: says who rented it."""
-    import re
-    import secrets
-
-    short = re.sub(r"(?i)\b(nvidia|geforce|tesla|rtx)\b", "", gpu)
-    short = re.sub(r"[^a-z0-9]+", "-", short.lower()).strip("-")[:16] or "gpu"
-    return f"agent-{short}-{secrets.token_hex(2)}"
 
 
 def bad(message: str) -> MCPError:
@@ -407,7 +398,8 @@ def build_server(config: Config) -> tuple[MCPServer, Gateway]:
             offer = await services.find_offer(provider, gpu)
             gpus = offer.gpu_count if count is None else count
             request = CreateRequest(offer_id=offer.offer_id, gpu_count=gpus,
-                                    name=name or default_name(offer.gpu), disk_gb=50)
+                                    name=name or services.free_name(
+                                        "agent-" + default_label(offer.gpu)), disk_gb=50)
             services.check_name_free(request.name)
         except ValidationError as exc:
             err = exc.errors()[0]

@@ -151,7 +151,7 @@ async def test_results_never_carry_secrets(gputui_home: Path):
     async with agent(gputui_home, config) as session:
         made = data(await session.call_tool("create", {"gpu": "RTX 4090",
                                                        "release_after": "10m"}))
-        assert made["name"].startswith("agent-4090-")  # says who rented it
+        assert made["name"] == "agent-4090"  # says who rented it (then agent-4090-2, ...)
         run = data(await session.call_tool("run_command", {
             "name": made["name"], "command": f"echo key={SECRET}; echo {SECRET} >&2"}))
         assert SECRET not in json.dumps(run) and "key=***" in run["stdout"]

@@ -18,6 +18,7 @@ from gputui.cli.output import (
     status_text,
 )
 from gputui.errors import GputuiError, exit_code, one_line, os_reason
+from gputui.format import default_label
 from gputui.i18n import _, pad_cells, shown
 
 
@@ -72,7 +73,8 @@ def cmd_create(args: argparse.Namespace) -> int:
         args.image = await resolve_image(services, args.provider, args.image)
         try:
             request = CreateRequest(offer_id=offer.offer_id, gpu_count=offer.gpu_count if args.count is None else args.count,
-                                    name=args.name or _default_name(offer.gpu),
+                                    name=args.name or services.free_name(
+                                        default_label(offer.gpu)),
                                     disk_gb=args.disk, image=args.image,
                                     nodes=getattr(args, "nodes", None) or 1)
         except ValidationError as exc:
@@ -344,13 +346,6 @@ def _not_live(inst) -> str:
 def _granularity(per: str) -> str:
     words = {"second": _("second"), "minute": _("minute"), "hour": _("hour")}
     return words.get(per, per)
-
-
-def _default_name(gpu: str) -> str:
-    import secrets
-
-    short = gpu.lower().replace("geforce", "").replace("nvidia", "").strip().replace(" ", "-")
-    return f"{short}-{secrets.token_hex(2)}"
 
 
 def _lease_from_args(args: argparse.Namespace, services):  # -> Lease

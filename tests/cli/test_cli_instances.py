@@ -129,3 +129,21 @@ def test_timer_holds_with_no_gputui_running(gputui_home: Path):
 
     record = json.loads((gputui_home / "sandbox" / "platform" / f"{item['id']}.json").read_text())
     assert datetime.fromisoformat(PlatformRecord(**record).terminated_at) == deadline
+
+
+def test_a_name_made_for_you_is_the_consoles_and_can_be_typed_in_a_shell(gputui_home: Path):
+    """No --name: the card's short name, as the console's New makes it (4090d, then 4090d-2) —
+    never the card's whole name, whose "(China SKU)" made the suggested `gputui ssh
+    rtx-4090-d-(china-sku)-95ed` a bash syntax error."""
+    names = []
+    for _ in range(2):
+        made = gputui(gputui_home, "create", "--gpu", "4090 D", "--json")
+        assert made.returncode == 0, made.stderr
+        names.append(json.loads(made.stdout)["name"])
+    assert names == ["4090d", "4090d-2"]
+    said = gputui(gputui_home, "create", "--gpu", "A800")
+    assert said.returncode == 0, said.stderr
+    suggested = said.stdout.split("`")[1]  # the `gputui ssh NAME` it suggests
+    assert suggested == "gputui ssh a800"
+    check = subprocess.run(["bash", "-n", "-c", suggested], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
