@@ -397,6 +397,12 @@ class SlurmProvider(Provider):
                     "ended: Slurm no longer lists job {job} (purged, and no accounting to ask "
                     "for its end): billed to its time limit, {limit}, the latest it can have "
                     "run"), job=job, limit=limit.astimezone().strftime("%Y-%m-%d %H:%M"))
+            elif inst.running_since is None:  # last seen queued: whether it ever ran is unknown
+                inst.mark_ended(now, "external")
+                inst.status_detail = Deferred(N_(
+                    "ended: Slurm no longer lists job {job} (purged, and no accounting to ask); "
+                    "it was never seen running, so nothing is billed here — the cluster's own "
+                    "records say whether it ran"), job=job)
             else:
                 inst.mark_ended(now, "external")
                 inst.status_detail = Deferred(N_(

@@ -69,3 +69,28 @@ async def test_a_purged_allocation_is_billed_to_its_time_limit_not_to_now(slurm,
     assert entry.currency == "CNY"
     assert abs(entry.compute_cost - PRICE * Decimal(fresh.running_seconds()) / 3600) <= Decimal(
         "0.01")
+
+
+async def test_a_purged_allocation_never_seen_running_bills_nothing_and_says_so(slurm):
+    """Last seen queued (two nodes asked of a one-node cluster), then ended outside gputui and
+    purged: whether it ever ran cannot be known here — nothing is billed, and the line says so
+    and where to look (not "billed until now")."""
+    svc, made = slurm
+    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
+    inst = await svc.create("slurm", offer, CreateRequest(
+        offer_id=offer.offer_id, gpu_count=2, nodes=2, name="queued"),
+        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(hours=1)))
+    assert inst.status == InstanceStatus.BOOTING and inst.running_since is None
+    job = inst.provider_id.partition(":")[2]
+    made.run("scancel", job)  # the cluster's admin, or the renter on the login node
+
+    def purged() -> bool:
+        out = made.run("squeue", "--states=all", "-h", "-j", job, "-o", "%T", check=False)
+        return out.returncode != 0 or out.stdout.strip() == ""
+
+    await until(purged, 180, "Slurm to forget the job")
+    fresh = await svc.refresh(svc.store.get_instance_sync(inst.id))
+    assert fresh.status == InstanceStatus.RELEASED and fresh.compute_cost() == 0
+    assert "never seen running, so nothing is billed here" in fresh.status_detail
+    entry = next(e for e in svc.store.ledger_sync() if e.instance_id == inst.id)
+    assert entry.compute_cost == 0 and entry.currency == "CNY"
