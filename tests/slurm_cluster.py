@@ -4,6 +4,9 @@ Everything lives in a scratch folder: its own munged (own socket and key), slurm
 on free ports, one node `localhost` with two fake GPUs (`gpu:h100:2`, character devices made
 with mknod), and `SLURM_CONF` pointing at the folder's slurm.conf. Facts in
 ../shared/reference/slurm-local.md. Tests skip, saying why, where Slurm, munge or root is absent.
+With `accounting=True` the cluster also has Slurm's accounting (sacct): slurmdbd over a private
+MariaDB whose data lives (and is removed) in the same folder; those tests skip, saying why, where
+MariaDB or slurmdbd is absent (see accounting_reason).
 """
 
 from __future__ import annotations
@@ -49,6 +52,35 @@ def missing_reason() -> str | None:
 
 
 needs_slurm = pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or "")
+
+ACCOUNTING_BINARIES = ("mariadbd", "mariadb-install-db", "mariadb", "slurmdbd", "sacctmgr",
+                       "sacct")
+
+
+def accounting_reason() -> str | None:
+    """Why a local Slurm with accounting (slurmdbd over a private MariaDB) cannot be started
+    here, or None."""
+    if missing_reason() is not None:
+        return missing_reason()
+    missing = [b for b in ACCOUNTING_BINARIES if _which(b) is None]
+    if missing:
+        return (f"Slurm accounting needs MariaDB and slurmdbd ({', '.join(missing)} missing): "
+                "apt-get install mariadb-server slurmdbd")
+    if not any(Path(d, "accounting_storage_mysql.so").exists() for d in _plugin_dirs()):
+        return ("slurmdbd has no MySQL plugin (accounting_storage_mysql.so): "
+                "apt-get install slurm-wlm-mysql-plugin")
+    return None
+
+
+def _plugin_dirs() -> list[str]:
+    import glob
+
+    return glob.glob("/usr/lib/*/slurm-wlm") + glob.glob("/usr/lib*/slurm") + glob.glob(
+        "/usr/local/lib*/slurm")
+
+
+needs_accounting = pytest.mark.skipif(accounting_reason() is not None,
+                                      reason=accounting_reason() or "")
 
 
 def two_nodes_reason() -> str | None:
@@ -144,11 +176,14 @@ def _two_node_network(cluster_cleanup: list[list[str]]) -> tuple[str, str, str]:
 
 
 def start_cluster(root: Path, *, gpus: int = 2, gpu_type: str = "h100",
-                  path_prefix: str = "", nodes: int = 1, min_job_age: int = 300) -> SlurmCluster:
+                  path_prefix: str = "", nodes: int = 1, min_job_age: int = 300,
+                  accounting: bool = False) -> SlurmCluster:
     """Start munged, slurmctld and slurmd in `root` (foreground processes this test owns).
     `nodes=2`: two nodes n1 and n2 with `gpus` GPUs each, the second one's slurmd in its own
     network namespace (as a second machine; see two_nodes_reason). `min_job_age`: seconds an
-    ended job stays listed before Slurm purges it (Slurm's MinJobAge)."""
+    ended job stays listed before Slurm purges it (Slurm's MinJobAge). `accounting`: with
+    Slurm's accounting (sacct): a private MariaDB and slurmdbd, started before slurmctld, the
+    cluster registered (see accounting_reason); without it, AccountingStorageType=none."""
     root.mkdir(parents=True, exist_ok=True)
     for sub in ("state", "spool", "log", "dev", "munge"):
         (root / sub).mkdir(exist_ok=True)
@@ -163,6 +198,7 @@ def start_cluster(root: Path, *, gpus: int = 2, gpu_type: str = "h100",
     cpus = max(1, min(os.cpu_count() or 1, 2))
     mem = max(1024, min(_mem_mib() - 512, 24000))
     ctld, slurmd = _free_port(), _free_port()
+    dbd = _free_port() if accounting else 0
     cleanup: list[list[str]] = []
     node_lines = (f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} Boards=1 SocketsPerBoard=1 "
                   f"CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory={mem} "
@@ -187,6 +223,11 @@ def start_cluster(root: Path, *, gpus: int = 2, gpu_type: str = "h100",
                 f"NodeName=n2 Name=gpu Type={gpu_type} "
                 f"File={root}/dev/fakegpu[{gpus}-{2 * gpus - 1}]\n")
     conf = root / "slurm.conf"
+    storage = (f"AccountingStorageType=accounting_storage/slurmdbd\n"
+               f"AccountingStorageHost=localhost\nAccountingStoragePort={dbd}\n"
+               # slurmdbd's connections authenticate with the munge socket named here
+               f"AccountingStoragePass={sock}" if accounting
+               else "AccountingStorageType=accounting_storage/none")
     conf.write_text(f"""ClusterName=gputuitest
 SlurmctldHost={ctld_host}
 SlurmctldPort={ctld}
@@ -207,7 +248,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SchedulerType=sched/backfill
-AccountingStorageType=accounting_storage/none
+{storage}
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MpiDefault=none
@@ -236,6 +277,8 @@ PartitionName=debug Nodes={partition_nodes} Default=YES MaxTime=INFINITE Default
              f"--log-file={root}/log/munged.log", f"--seed-file={root}/munge/seed"],
             env=env, stdout=log, stderr=log))
         _wait(lambda: sock.exists(), "munged did not start", cluster)
+        if accounting:
+            _start_accounting(cluster, sock, dbd, log)
         cluster.procs.append(subprocess.Popen([_which("slurmctld") or "slurmctld", "-D", "-i"],
                                               env=env, stdout=log, stderr=log))
         _wait(lambda: _answers(ctld), "slurmctld did not start", cluster)
@@ -257,6 +300,72 @@ PartitionName=debug Nodes={partition_nodes} Default=YES MaxTime=INFINITE Default
     finally:
         log.close()
     return cluster
+
+
+def _start_accounting(cluster: SlurmCluster, munge_socket: Path, dbd_port: int,
+                      log: Any) -> None:
+    """A private MariaDB (its data in the cluster's folder, on a free port of 127.0.0.1) with
+    Slurm's database and user, slurmdbd over it on `dbd_port`, and the cluster registered."""
+    import secrets
+
+    root, env = cluster.root, cluster.env
+    data, sql_sock = root / "mariadb", root / "mariadb" / "mysqld.sock"
+    cluster.cleanup.append(["rm", "-rf", str(data)])
+    small = ["--innodb-log-file-size=8M", "--innodb-buffer-pool-size=16M"]
+    made = subprocess.run(
+        [_which("mariadb-install-db") or "mariadb-install-db", "--no-defaults",
+         f"--datadir={data}", "--user=root", "--skip-test-db",
+         "--auth-root-authentication-method=socket", *small],
+        env=env, capture_output=True, text=True, timeout=120)
+    if made.returncode != 0:
+        cluster.stop()
+        pytest.fail(f"mariadb-install-db failed: {(made.stdout + made.stderr)[-1500:]}")
+    sql_port = _free_port()
+    cluster.procs.append(subprocess.Popen(
+        [_which("mariadbd") or "mariadbd", "--no-defaults", f"--datadir={data}", "--user=root",
+         f"--socket={sql_sock}", f"--port={sql_port}", "--bind-address=127.0.0.1",
+         "--skip-name-resolve", f"--pid-file={data}/mariadbd.pid",
+         f"--log-error={root}/log/mariadb.log", *small],
+        env=env, stdout=log, stderr=log))
+    _wait(lambda: _answers(sql_port) and sql_sock.exists(), "mariadbd did not start", cluster,
+          timeout=60)
+    password = secrets.token_hex(12)
+    setup = subprocess.run(
+        [_which("mariadb") or "mariadb", "--no-defaults", f"--socket={sql_sock}", "-u", "root",
+         "-e", "CREATE DATABASE slurm_acct_db; "
+               f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}'; "
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"],
+        env=env, capture_output=True, text=True, timeout=60)
+    if setup.returncode != 0:
+        cluster.stop()
+        pytest.fail(f"could not make Slurm's database: {setup.stderr.strip()[-1500:]}")
+    dbd_conf = root / "slurmdbd.conf"  # beside slurm.conf, where slurmdbd looks (SLURM_CONF)
+    dbd_conf.touch(mode=0o600)
+    dbd_conf.chmod(0o600)
+    dbd_conf.write_text(f"""AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={dbd_port}
+SlurmUser=root
+PidFile={root}/slurmdbd.pid
+LogFile={root}/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={sql_port}
+StorageUser=slurm
+StoragePass={password}
+StorageLoc=slurm_acct_db
+""", encoding="ascii")
+    cluster.procs.append(subprocess.Popen([_which("slurmdbd") or "slurmdbd", "-D"],
+                                          env=env, stdout=log, stderr=log))
+    _wait(lambda: _answers(dbd_port), "slurmdbd did not start", cluster, timeout=60)
+    added = cluster.run("sacctmgr", "-i", "add", "cluster", "gputuitest", check=False)
+    if added.returncode != 0:
+        logs = (root / "log" / "slurmdbd.log").read_text(errors="replace")[-1500:]
+        cluster.stop()
+        pytest.fail(f"sacctmgr could not register the cluster: "
+                    f"{(added.stdout + added.stderr).strip()}\n{logs}")
 
 
 def _answers(port: int) -> bool:
@@ -328,12 +437,13 @@ def runner_folder(cluster_name: str) -> Path:
 
 
 def cluster_fixture(folder: str, *, nodes: int = 1, runners_of: Sequence[str] = (),
-                    min_job_age: int = 300) -> Any:
+                    min_job_age: int = 300, accounting: bool = False) -> Any:
     """The module-scoped fixture `cluster` (assign it: `cluster = cluster_fixture(...)`):
     (the SlurmCluster, its Login) for the module's tests, started in a scratch folder named
     `folder`. Afterwards, even when a test or the start failed, in this order: sshd stops, the
     jobs are cancelled, the daemons stop, and the queue runners' folders of the config's
-    clusters `runners_of` are removed (see runner_folder)."""
+    clusters `runners_of` are removed (see runner_folder). `min_job_age`, `accounting`: as
+    start_cluster's."""
 
     @pytest.fixture(scope="module")
     def cluster(tmp_path_factory: pytest.TempPathFactory
@@ -342,7 +452,8 @@ def cluster_fixture(folder: str, *, nodes: int = 1, runners_of: Sequence[str] = 
         with ExitStack() as after:
             for name in runners_of:
                 after.callback(shutil.rmtree, runner_folder(name), ignore_errors=True)
-            made = start_cluster(root / "cluster", nodes=nodes, min_job_age=min_job_age)
+            made = start_cluster(root / "cluster", nodes=nodes, min_job_age=min_job_age,
+                                 accounting=accounting)
             after.callback(made.stop)
             after.callback(made.run, "scancel", "--user=root", check=False)
             login = start_login(root, made)

@@ -1,0 +1,140 @@
+"""An allocation Slurm has already purged from its lists (MinJobAge), on a cluster WITH
+accounting: gputui asks sacct how and when it ended and bills to that. Against a real one-node
+Slurm whose MinJobAge is 2 s, with slurmdbd over a private MariaDB; skipped, saying why, where
+Slurm, munge, MariaDB, slurmdbd, sshd or root is missing (CI installs them)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from gputui.models import InstanceStatus, Lease, utcnow
+from gputui.providers.base import CreateRequest
+from gputui.providers.slurm import parse_squeue
+from gputui.services.hub import Services
+from gputui.store import SessionStore
+from tests.conftest import FAST_LINKS
+from tests.drill.sshd_host import needs_sshd
+from tests.slurm_cluster import (
+    SlurmCluster,
+    cluster_fixture,
+    needs_accounting,
+    services_fixture,
+    unique_cluster,
+    until,
+)
+
+PRICE = Decimal("3.00")
+CLUSTER = unique_cluster("sacct")
+
+cluster = cluster_fixture("slurm-sacct", runners_of=(CLUSTER,), min_job_age=2, accounting=True)
+slurm = services_fixture({CLUSTER: str(PRICE)})
+
+
+def test_sacct_lines_read_as_squeue_lines():
+    """sacct's own wording (these lines are Slurm 22.05's, from the cluster below): `CANCELLED
+    by UID`, an End of `Unknown` while running, limits as `HH:MM:SS`."""
+    fields = "|None|2026-12-02T00:28:39|{end}|00:05:00|1|localhost"
+    cancelled = parse_squeue("2|CANCELLED by 0" + fields.format(end="2026-12-02T00:28:41"))
+    assert cancelled is not None and cancelled.state == "CANCELLED"
+    assert cancelled.end == datetime(2026, 12, 2, 0, 28, 41, tzinfo=UTC)
+    assert cancelled.start == datetime(2026, 12, 2, 0, 28, 39, tzinfo=UTC)
+    running = parse_squeue("1|RUNNING" + fields.format(end="Unknown"))
+    assert running is not None and running.state == "RUNNING" and running.end is None
+    assert running.node_count == 1 and running.nodes == "localhost"
+
+
+def purged(made: SlurmCluster, job: str) -> bool:
+    """squeue no longer knows the job (what sends gputui to sacct)."""
+    out = made.run("squeue", "--states=all", "-h", "-j", job, "-o", "%T", check=False)
+    return out.returncode != 0 or out.stdout.strip() == ""
+
+
+def recorded(made: SlurmCluster, job: str) -> tuple[str, datetime, datetime] | None:
+    """sacct's (State, Start, End) of the job once its end is recorded, read here on its own."""
+    out = made.run("env", "TZ=UTC", "sacct", "-X", "-n", "-P", "-j", job, "-o",
+                   "State,Start,End", check=False).stdout.strip().splitlines()
+    if not out or out[0].count("|") != 2:
+        return None
+    state, start, end = out[0].split("|")
+    try:
+        return (state, datetime.fromisoformat(start).replace(tzinfo=UTC),
+                datetime.fromisoformat(end).replace(tzinfo=UTC))
+    except ValueError:  # End "Unknown": not ended (or not recorded) yet
+        return None
+
+
+@needs_accounting
+@needs_sshd
+async def test_a_purged_allocation_is_billed_to_the_end_sacct_recorded(slurm, gputui_home: Path):
+    """Slurm ended it at its time limit while no gputui ran and forgot it; the accounting
+    still knows: the instance reads as ended by its time limit, billed to the very second Slurm
+    recorded (Slurm checks limits now and then: often later than the limit gputui last saw),
+    not to the moment gputui looked again."""
+    svc, made = slurm
+    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
+    inst = await svc.create("slurm", offer, CreateRequest(
+        offer_id=offer.offer_id, gpu_count=2, name="timed"),
+        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(seconds=50)))
+    seen = await svc.refresh(inst)  # gputui saw it running, with its limit
+    assert seen.status == InstanceStatus.RUNNING and seen.ends_by is not None
+    assert seen.running_since is not None
+    assert 55 <= (seen.ends_by - seen.running_since).total_seconds() <= 65  # --time=1
+    job = inst.provider_id.partition(":")[2]
+    await svc.close()  # no gputui process from here on
+
+    await until(lambda: purged(made, job), 240, "Slurm to end the job and forget it")
+    await until(lambda: recorded(made, job) is not None, 30, "sacct to record the job's end")
+    found = recorded(made, job)
+    assert found is not None
+    state, start, end = found
+    assert state == "TIMEOUT" and end - start >= timedelta(seconds=60)
+    looked = utcnow()
+
+    later = Services(SessionStore(gputui_home / "state.db"), svc.config, state_dir=gputui_home,
+                     link_options=dict(FAST_LINKS))
+    try:
+        fresh = await later.refresh(later.store.get_instance_sync(inst.id))
+        entry = next(e for e in later.store.ledger_sync() if e.instance_id == inst.id)
+    finally:
+        await later.close()
+    assert fresh.status == InstanceStatus.RELEASED and fresh.end_reason == "timer"
+    assert str(fresh.status_detail).startswith(
+        "ended by Slurm: its time limit passed (TIMEOUT"), fresh.status_detail
+    assert fresh.ended_at == end < looked  # sacct's End, not the moment gputui looked
+    seconds = fresh.running_seconds()
+    assert seconds == (end - start).total_seconds() and 60 <= seconds <= 120
+    assert entry.currency == "CNY" and entry.ended_at == end
+    assert abs(entry.compute_cost - 2 * PRICE * Decimal(seconds) / 3600) <= Decimal("0.01")
+
+
+@needs_accounting
+@needs_sshd
+async def test_a_release_of_an_allocation_cancelled_and_purged_meanwhile(slurm):
+    """Someone else cancelled the allocation and Slurm has already forgotten it when gputui
+    releases it: sacct's `CANCELLED by 0` is the evidence it is gone (no STILL BILLING), and
+    the bill stops when it was cancelled, not when gputui released it."""
+    svc, made = slurm
+    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
+    inst = await svc.create("slurm", offer, CreateRequest(
+        offer_id=offer.offer_id, gpu_count=1, name="cancelled"),
+        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(minutes=10)))
+    assert (await svc.refresh(inst)).status == InstanceStatus.RUNNING
+    job = inst.provider_id.partition(":")[2]
+    made.run("scancel", job)  # not through gputui
+    await until(lambda: purged(made, job), 60, "Slurm to forget the cancelled job")
+    await until(lambda: recorded(made, job) is not None, 30, "sacct to record the job's end")
+    found = recorded(made, job)
+    assert found is not None and found[0].startswith("CANCELLED")
+    end = found[2]
+    began = time.monotonic()
+
+    entry = await svc.release(svc.store.get_instance_sync(inst.id), "manual")
+    assert time.monotonic() - began < 20  # not waiting out the gone check (30 s) and retries
+    assert entry is not None and entry.ended_at == end < utcnow() - timedelta(seconds=1)
+    gone = svc.store.get_instance_sync(inst.id)
+    assert gone.status == InstanceStatus.RELEASED and gone.ended_at == end
+    assert abs(entry.compute_cost - PRICE * Decimal(gone.running_seconds()) / 3600) <= Decimal(
+        "0.01")
