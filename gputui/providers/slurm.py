@@ -366,9 +366,12 @@ class SlurmProvider(Provider):
                                            name=instance.name))
         return cluster, job
 
-    async def job_view(self, cluster: str, job: str) -> JobView | None:
+    async def job_view(self, cluster: str, job: str, *, strict: bool = False) -> JobView | None:
         """Slurm's view of the job: squeue (every state), else sacct where accounting exists;
-        None when Slurm no longer knows the job (purged after MinJobAge, no accounting)."""
+        None when Slurm no longer knows the job (purged after MinJobAge, no accounting).
+        `strict`: a cluster whose accounting exists but cannot be asked now (slurmdbd down)
+        raises a retryable ProviderError rather than None — the job's end is read later, not
+        guessed (a release's gone check needs no end: Slurm knows no such job, after scancel)."""
         status, out = await self._sh(
             cluster, f"squeue --states=all -h -j {job} -o '{_SQUEUE_FORMAT}'")
         view = parse_squeue(out) if status == 0 else None
@@ -379,11 +382,20 @@ class SlurmProvider(Provider):
         status, out = await self._sh(
             cluster, f"sacct -X -n -P -j {job} -o JobID,State,Reason,Start,End,Timelimit,"
                      "NNodes,NodeList")
-        return parse_squeue(out) if status == 0 else None
+        if status == 0:
+            return parse_squeue(out)
+        if strict and "accounting storage is disabled" not in out:
+            lines = [ln.strip() for ln in out.strip().splitlines() if ln.strip()]
+            raise ProviderError(Deferred(N_(
+                "slurm {cluster}: Slurm no longer lists job {job}, and its accounting cannot be "
+                "asked now ({message}): its end is read again later"),
+                cluster=cluster, job=job, message=lines[-1] if lines else
+                Deferred(N_("exit {status}"), status=status)), retryable=True)
+        return None
 
     async def refresh(self, instance: Instance) -> Instance:
         cluster, job = self._job(instance)
-        view = await self.job_view(cluster, job)
+        view = await self.job_view(cluster, job, strict=True)
         inst = instance.model_copy()
         if view is None:
             # Slurm knows the job no more: it ended long enough ago to be purged, and there is

@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from gputui.models import InstanceStatus, Lease, utcnow
 from gputui.providers.base import CreateRequest
@@ -138,3 +139,47 @@ async def test_a_release_of_an_allocation_cancelled_and_purged_meanwhile(slurm):
     assert gone.status == InstanceStatus.RELEASED and gone.ended_at == end
     assert abs(entry.compute_cost - PRICE * Decimal(gone.running_seconds()) / 3600) <= Decimal(
         "0.01")
+
+
+def _start_again(args: list[str], env: dict[str, str]) -> Any:
+    import subprocess
+
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@needs_accounting
+@needs_sshd
+async def test_accounting_that_cannot_be_asked_is_waited_for_not_guessed(slurm):
+    """The job was purged and slurmdbd is down: gputui does not guess an end (it would have
+    billed to the limit, saying "no accounting"); the instance stays as it was, the refresh
+    says why and that it reads again — and once slurmdbd is back, the end sacct recorded is
+    the one kept."""
+    import pytest
+
+    from gputui.errors import GputuiError
+
+    svc, made = slurm
+    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
+    inst = await svc.create("slurm", offer, CreateRequest(
+        offer_id=offer.offer_id, gpu_count=1, name="dbd-down"),
+        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(minutes=10)))
+    assert (await svc.refresh(inst)).status == InstanceStatus.RUNNING
+    job = inst.provider_id.partition(":")[2]
+    made.run("scancel", job)  # not through gputui
+    await until(lambda: purged(made, job), 60, "Slurm to forget the cancelled job")
+    await until(lambda: recorded(made, job) is not None, 30, "sacct to record the job's end")
+    found = recorded(made, job)
+    assert found is not None
+
+    [dbd] = [p for p in made.procs if isinstance(p.args, list) and "slurmdbd" in p.args[0]]
+    dbd.terminate()
+    dbd.wait(timeout=30)
+    with pytest.raises(GputuiError, match=f"no longer lists job {job}.*read again later"):
+        await svc.refresh(svc.store.get_instance_sync(inst.id))
+    kept = svc.store.get_instance_sync(inst.id)
+    assert kept.status == InstanceStatus.RUNNING and kept.ended_at is None  # nothing guessed
+
+    made.procs.append(_start_again(dbd.args, made.env))
+    await until(lambda: recorded(made, job) is not None, 60, "slurmdbd to answer again")
+    fresh = await svc.refresh(svc.store.get_instance_sync(inst.id))
+    assert fresh.status == InstanceStatus.RELEASED and fresh.ended_at == found[2]
