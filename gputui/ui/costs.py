@@ -38,7 +38,7 @@ from gputui.ui.widgets import LABEL_CELLS
 # compute and storage (and the provider) come last.
 # Headers are translated where the table is made (`_()`); money cells carry their currency.
 NOW_COLUMNS = [
-    ("name", N_("Name")), ("state", N_("State")), ("rate", N_("$/h")),
+    ("name", N_("Name")), ("state", N_("State")), ("rate", N_("Rate/h")),
     ("accrued", N_("Accrued")), ("release", N_("Release in")), ("projected", N_("At release")),
     ("gpu", N_("GPU")), ("compute", N_("Compute")), ("storage", N_("Storage")),
 ]

@@ -43,7 +43,7 @@ COLUMNS = [
     ("cost", N_("Cost")),
     ("queue", N_("Queue")),
     ("link", N_("Link")),
-    ("rate", N_("$/h")),
+    ("rate", N_("Rate/h")),
     ("provider", N_("Provider")),
 ]
 LINGER_S = 60.0  # an instance ended by someone else stays (dimmed, with a line) this long
