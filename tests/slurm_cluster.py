@@ -417,7 +417,7 @@ def start_login(root: Path, cluster: SlurmCluster, *, gpu_count: int = 2) -> Log
                         gpu_count=gpu_count, memory_total_mib=81559, power_limit_w=700,
                         tdp_w=700)
     port, client_key, host_key, proc = run_sshd(
-        root, "MaxStartups 50\nMaxSessions 50\n"
+        root, "MaxStartups 50\nMaxSessions 50\nSubsystem sftp internal-sftp\n"
         f"SetEnv PATH={host / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin "
         f"SLURM_CONF={cluster.conf}\n", what="sshd (the login node)")
     return Login(port, client_key, host_key, proc, host)

@@ -116,3 +116,42 @@ async def test_a_slurm_allocation_on_home_monitor_jobs_and_costs(cluster, gputui
             assert text(ledger, inst.id, "provider") == "slurm"
     finally:
         await services.close()
+
+
+async def test_push_then_a_run_on_the_node_then_pull_through_the_login_node(cluster,
+                                                                           gputui_home: Path,
+                                                                           tmp_path: Path):
+    """push and pull go through the login node's SFTP into the cluster's shared home; the run,
+    a step on the compute node, reads what was pushed and writes what is pulled."""
+    from gputui.remote.transfer import pull, push
+
+    made, login = cluster
+    services = slurm_services(gputui_home, cluster_config(login, {CLUSTER: "2.10"}), login)
+    remote = f"proj-{gputui_home.parent.name}"  # in the shared home (this machine's)
+    try:
+        offer = await services.find_offer("slurm", "h100", region=CLUSTER)
+        inst = await services.create("slurm", offer, CreateRequest(
+            offer_id=offer.offer_id, gpu_count=1, name="xfer"),
+            lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(hours=1)))
+        project = tmp_path / "proj"
+        project.mkdir()
+        (project / "data.txt").write_text("12 30\n")
+        link = await services.link(inst)
+        sent = await push(link, project, remote)
+        assert sent.files == 1
+        jobs = JobService(services)
+        [run] = await jobs.add(inst, [JobSpec(
+            "awk '{print $1 + $2}' data.txt > sum.txt && hostname > where.txt",
+            name="sum", cwd=remote)])
+        view = await jobs.wait(inst, [run])
+        assert view.get(run).status == "succeeded"
+        back = tmp_path / "back"
+        back.mkdir()
+        await pull(link, f"{remote}/sum.txt", back)
+        assert (back / "sum.txt").read_text() == "42\n"
+        await services.release(services.store.get_instance_sync(inst.id), "manual")
+    finally:
+        await services.close()
+        import shutil
+
+        shutil.rmtree(Path.home() / remote, ignore_errors=True)
