@@ -33,10 +33,10 @@ from gputui.services.catalog import (
     sort_cards,
 )
 
-FIT_HEADERS = ("GPU", N_("GPUs"), "$/h", N_("cheapest at"), N_("as of"), "GiB/GPU", N_("link"),
+FIT_HEADERS = ("GPU", N_("GPUs"), N_("$/h"), N_("cheapest at"), N_("as of"), "GiB/GPU", N_("link"),
                N_("notes"))
 COST_HEADERS = (N_("provider"), N_("tier"), N_("sold as"), N_("package"), N_("billed by"), N_("cost"),
-                N_("billed h"), "$/h", N_("if /second"), N_("if /minute"), N_("if /hour"),
+                N_("billed h"), N_("$/h"), N_("if /second"), N_("if /minute"), N_("if /hour"),
                 N_("as of"), N_("notes"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
@@ -95,6 +96,34 @@ class BaseScreen(Screen):
 
     # A screen that draws the GPU streams; while none is in view they run at a slower pace.
     SHOWS_TELEMETRY = False
+
+    # Two passes of Textual's on every switch to a screen already made (tens of ms each for a
+    # screen of many widgets — Ollama, Jobs — where a bare app's switch takes ~50 ms):
+    # - A screen first shown by switch_mode is never marked as styled for the app's current
+    #   stylesheet (it is not mounted yet when Textual would mark it), so every later switch to
+    #   it parsed the whole stylesheet again and restyled the app. Once in view its styles
+    #   are current: it is marked so here; a theme or CSS change later still restyles it.
+    # - Back in view, Textual restyles every widget on the screen, in case the app's own
+    #   classes changed meanwhile (those are applied to the screens in view only). Where
+    #   nothing that CSS reads of the app has changed since this screen left the view (the
+    #   stylesheet, the theme, the app's classes and pseudo-classes), that pass is skipped;
+    #   changes to the screen's own widgets are applied when they happen, in view or not.
+    _left_with: tuple[object, ...] | None = None
+
+    def _app_style_inputs(self) -> tuple[object, ...]:
+        app = self.app
+        return (app._css_update_count, app.theme, frozenset(app.classes),  # noqa: SLF001
+                app.pseudo_classes)
+
+    @on(events.ScreenSuspend)
+    def _remember_app_styles(self) -> None:
+        self._left_with = self._app_style_inputs()
+
+    @on(events.ScreenResume)
+    def _skip_restyle_when_unchanged(self, event: events.ScreenResume) -> None:
+        if self._left_with is not None and self._left_with == self._app_style_inputs():
+            event.refresh_styles = False
+        self._css_update_count = self.app._css_update_count  # noqa: SLF001
 
     def on_screen_resume(self) -> None:
         self.gapp.refresh_meter(self)

@@ -66,7 +66,7 @@ from gputui.ui.catalog_views import (  # noqa: F401 - bar, compare_table: tested
 FIT_COLUMNS = [
     ("gpu", "GPU"),
     ("count", N_("GPUs")),
-    ("hourly", "$/h"),
+    ("hourly", N_("$/h")),
     ("where", N_("Cheapest at")),
     ("as_of", N_("As of")),
     ("need", N_("GiB/GPU need/usable")),
@@ -83,7 +83,7 @@ COST_COLUMNS = [
     ("as_of", N_("As of")),
     ("billing", N_("Billing")),
     ("package", N_("Package")),
-    ("rate", "$/h"),
+    ("rate", N_("$/h")),
     ("billed", N_("Billed h")),
     ("second", N_("If /s")),
     ("minute", N_("If /min")),

@@ -23,8 +23,9 @@ shared machine are not.
    the bare app's.
 
 `--quick` settles 5 s, measures over 5 s and runs 3 rounds (a smoke run, not figures to quote).
-`--profile DIR` profiles the console's main thread over the Home 80×24 window
-(DIR/home-idle.prof; cProfile slows it, so its CPU figure is then not one to quote).
+`--profile DIR` profiles the console's main thread over the Home 80×24 window, the switch
+rounds and the Monitor's window (DIR/home-idle.prof, switches.prof, monitor-idle.prof; cProfile
+slows it, so its figures are then not ones to quote).
 Benchmarks print figures; they are not timed tests (pytest collects nothing here).
 """
 
@@ -93,14 +94,20 @@ class Bare(App):
 Bare().run()
 """
 
-# The console with a profiler of its main thread, on between SIGUSR1 and SIGUSR2.
+# The console with a profiler of its main thread, on between SIGUSR1 and SIGUSR2; each
+# SIGUSR2 writes the next of the files named (a fresh profile each time).
 PROFILED = """
 import cProfile, runpy, signal, sys
-profiler = cProfile.Profile()
+outs = {outs!r}
+profiler = None
+def start(*_args):
+    global profiler
+    profiler = cProfile.Profile()
+    profiler.enable()
 def stop(*_args):
     profiler.disable()
-    profiler.dump_stats({out!r})
-signal.signal(signal.SIGUSR1, lambda *_args: profiler.enable())
+    profiler.dump_stats(outs.pop(0))
+signal.signal(signal.SIGUSR1, start)
 signal.signal(signal.SIGUSR2, stop)
 sys.argv = ["gputui", "--lang", "en"]
 runpy.run_module("gputui", run_name="__main__", alter_sys=True)
@@ -270,8 +277,9 @@ def main() -> int:
     console_cmd = [sys.executable, "-m", "gputui", "--lang", "en"]
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
-        console_cmd = [sys.executable, "-c", PROFILED.format(
-            out=str(Path(args.profile).resolve() / "home-idle.prof"))]
+        console_cmd = [sys.executable, "-c", PROFILED.format(outs=[
+            str(Path(args.profile).resolve() / name)
+            for name in ("home-idle.prof", "switches.prof", "monitor-idle.prof")])]
     print(f"renting {args.instances} sandbox instances × {args.gpus} GPUs …", flush=True)
     rent(env, args.instances, args.gpus, args.release_after)
     console = bare = None
@@ -300,13 +308,21 @@ def main() -> int:
         if not args.skip_switches:
             switch_round(console, CONSOLE_SCREENS, 0.5, None)  # warm-up: first openings
             switch_round(bare, BARE_SCREENS, 0.5, None)
+            if args.profile:
+                os.kill(console.pid, signal.SIGUSR1)
             for _ in range(rounds):  # interleaved, so drift hits both alike
                 switch_round(console, CONSOLE_SCREENS, 0.3, switches["console"])
                 switch_round(bare, BARE_SCREENS, 0.3, switches["bare"])
+            if args.profile:
+                os.kill(console.pid, signal.SIGUSR2)
 
         console.press("m", "· Monitor")
         time.sleep(max(3.0, settle / 3))
+        if args.profile:
+            os.kill(console.pid, signal.SIGUSR1)
         idle["Monitor 80×24, 8 GPUs"] = idle_shares([console, bare], window)
+        if args.profile:
+            os.kill(console.pid, signal.SIGUSR2)
         console.press("h", "· Instances")
     finally:
         for term in (console, bare):

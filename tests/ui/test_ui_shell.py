@@ -237,3 +237,55 @@ async def test_a_long_label_does_not_push_status_and_cost_off_80_columns(
         await pilot.press("c")
         await settle(app, pilot, CostsScreen)
         await until(pilot, lambda: "$0.35" in row_line(), "the Costs row with its rate")
+
+
+async def test_a_screen_back_in_view_is_restyled_only_when_the_app_changed(gputui_home: Path):
+    """Textual works out the CSS of every widget of a screen again each time it comes back in
+    view (~50 ms for a screen of many widgets, on every switch). The console skips that where
+    nothing the CSS reads of the app changed while the screen was away — and still does it
+    where something did (the app losing the terminal's focus, a theme), so nothing is drawn
+    in stale colours."""
+    from gputui.ui.jobs import JobsScreen
+
+    app = make_app(gputui_home)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("j")
+        await settle(app, pilot, JobsScreen)
+        jobs = app.screen
+        await pilot.press("h")
+        await settle(app, pilot, screen_class(SCREENS[0][3]))
+        restyled: list[int] = []
+        update_nodes = app.stylesheet.update_nodes
+
+        def counting(nodes, animate=False):  # noqa: ANN001, ANN202
+            nodes = list(nodes)
+            restyled.append(len(nodes))
+            return update_nodes(nodes, animate=animate)
+
+        app.stylesheet.update_nodes = counting  # type: ignore[method-assign]
+        widgets = len(list(jobs.walk_children(with_self=True)))
+        await pilot.press("j")
+        await settle(app, pilot, JobsScreen)
+        assert sum(restyled) < widgets // 2  # not the whole screen again
+
+        await pilot.press("h")
+        await settle(app, pilot, screen_class(SCREENS[0][3]))
+        app.add_class("-changed")  # the app's classes change meanwhile (CSS may read them)
+        await pilot.pause()
+        restyled.clear()
+        await pilot.press("j")
+        await settle(app, pilot, JobsScreen)
+        assert sum(restyled) >= widgets  # Jobs comes back styled for the app as it is now
+
+        # a theme changed while Jobs was away: it comes back in the new theme's colours
+        await pilot.press("h")
+        await settle(app, pilot, screen_class(SCREENS[0][3]))
+        before = jobs.query_one(TopBar).styles.background
+        app.theme = "textual-light"
+        await pilot.pause()
+        on_home = app.screen.query_one(TopBar).styles.background  # Home, drawn in the new one
+        await pilot.press("j")
+        await settle(app, pilot, JobsScreen)
+        await pilot.pause()
+        after = jobs.query_one(TopBar).styles.background
+        assert after != before and after == on_home
