@@ -27,6 +27,7 @@ import pytest
 
 if TYPE_CHECKING:
     from gputui.config import Config
+    from gputui.models import Instance
     from gputui.services.hub import Services
 
 SLURM_BINARIES = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "scancel", "scontrol",
@@ -513,3 +514,39 @@ def services_fixture(clusters: dict[str, str], currency: str = "CNY") -> Any:
             await until(lambda: made.jobs().strip() == "", 30, "the allocations to end")
 
     return slurm
+
+
+def job_purged(made: SlurmCluster, job: str) -> bool:
+    """squeue no longer knows the job: Slurm purged it (MinJobAge) — what sends gputui to sacct."""
+    out = made.run("squeue", "--states=all", "-h", "-j", job, "-o", "%T", check=False)
+    return out.returncode != 0 or out.stdout.strip() == ""
+
+
+async def rent_seen_running(svc: Services, cluster_name: str, gpus: int, release_in: float,
+                            name: str) -> tuple[Instance, str]:
+    """An allocation of `gpus` GPUs on the config's cluster `cluster_name`, its timer
+    `release_in` seconds away (Slurm's --time, whole minutes), seen running once by gputui
+    (so its time limit is known): (the instance as then seen, its Slurm job id)."""
+    from datetime import timedelta
+
+    from gputui.models import InstanceStatus, Lease, utcnow
+    from gputui.providers.base import CreateRequest
+
+    offer = await svc.find_offer("slurm", "h100", region=cluster_name)
+    inst = await svc.create("slurm", offer, CreateRequest(
+        offer_id=offer.offer_id, gpu_count=gpus, name=name),
+        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(seconds=release_in)))
+    seen = await svc.refresh(inst)
+    assert seen.status == InstanceStatus.RUNNING and seen.running_since is not None
+    return seen, (inst.provider_id or "").partition(":")[2]
+
+
+def later_services(home: Path, config: Config) -> Services:
+    """A fresh services hub over the same state, as a later gputui process (the login node's
+    host key already pinned in that state)."""
+    from gputui.services.hub import Services
+    from gputui.store import SessionStore
+    from tests.conftest import FAST_LINKS
+
+    return Services(SessionStore(home / "state.db"), config, state_dir=home,
+                    link_options=dict(FAST_LINKS))

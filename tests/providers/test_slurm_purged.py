@@ -11,13 +11,13 @@ from pathlib import Path
 
 from gputui.models import InstanceStatus, Lease, utcnow
 from gputui.providers.base import CreateRequest
-from gputui.services.hub import Services
-from gputui.store import SessionStore
-from tests.conftest import FAST_LINKS
 from tests.drill.sshd_host import needs_sshd
 from tests.slurm_cluster import (
     cluster_fixture,
+    job_purged,
+    later_services,
     needs_slurm,
+    rent_seen_running,
     services_fixture,
     unique_cluster,
     until,
@@ -38,29 +38,17 @@ async def test_a_purged_allocation_is_billed_to_its_time_limit_not_to_now(slurm,
     the moment gputui happened to look again (a laptop opened the next morning would have been
     billed the whole night)."""
     svc, made = slurm
-    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
-    inst = await svc.create("slurm", offer, CreateRequest(
-        offer_id=offer.offer_id, gpu_count=1, name="gone"),
-        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(seconds=50)))
-    seen = await svc.refresh(inst)  # gputui saw it running, with its limit
-    assert seen.status == InstanceStatus.RUNNING and seen.ends_by is not None
-    assert seen.running_since is not None
+    seen, job = await rent_seen_running(svc, CLUSTER, 1, 50, "gone")  # with its limit
+    assert seen.ends_by is not None and seen.running_since is not None
     assert 55 <= (seen.ends_by - seen.running_since).total_seconds() <= 65  # --time=1
-    job = inst.provider_id.partition(":")[2]
     await svc.close()  # no gputui process from here on
-
-    def purged() -> bool:
-        out = made.run("squeue", "--states=all", "-h", "-j", job, "-o", "%T", check=False)
-        return out.returncode != 0 or out.stdout.strip() == ""
-
-    await until(purged, 240, "Slurm to end the job and forget it")
+    await until(lambda: job_purged(made, job), 240, "Slurm to end the job and forget it")
     assert (utcnow() - seen.ends_by).total_seconds() > 20  # it is looked at well after
 
-    later = Services(SessionStore(gputui_home / "state.db"), svc.config, state_dir=gputui_home,
-                     link_options=dict(FAST_LINKS))
+    later = later_services(gputui_home, svc.config)
     try:
-        fresh = await later.refresh(later.store.get_instance_sync(inst.id))
-        entry = next(e for e in later.store.ledger_sync() if e.instance_id == inst.id)
+        fresh = await later.refresh(later.store.get_instance_sync(seen.id))
+        entry = next(e for e in later.store.ledger_sync() if e.instance_id == seen.id)
     finally:
         await later.close()
     assert fresh.status == InstanceStatus.RELEASED and fresh.ended_at == seen.ends_by
@@ -83,12 +71,7 @@ async def test_a_purged_allocation_never_seen_running_bills_nothing_and_says_so(
     assert inst.status == InstanceStatus.BOOTING and inst.running_since is None
     job = inst.provider_id.partition(":")[2]
     made.run("scancel", job)  # the cluster's admin, or the renter on the login node
-
-    def purged() -> bool:
-        out = made.run("squeue", "--states=all", "-h", "-j", job, "-o", "%T", check=False)
-        return out.returncode != 0 or out.stdout.strip() == ""
-
-    await until(purged, 180, "Slurm to forget the job")
+    await until(lambda: job_purged(made, job), 180, "Slurm to forget the job")
     fresh = await svc.refresh(svc.store.get_instance_sync(inst.id))
     assert fresh.status == InstanceStatus.RELEASED and fresh.compute_cost() == 0
     assert "never seen running, so nothing is billed here" in fresh.status_detail

@@ -11,17 +11,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from gputui.models import InstanceStatus, Lease, utcnow
-from gputui.providers.base import CreateRequest
+from gputui.models import InstanceStatus, utcnow
 from gputui.providers.slurm import parse_squeue
 from gputui.services.hub import Services
-from gputui.store import SessionStore
-from tests.conftest import FAST_LINKS
 from tests.drill.sshd_host import needs_sshd
 from tests.slurm_cluster import (
     SlurmCluster,
     cluster_fixture,
+    job_purged,
+    later_services,
     needs_accounting,
+    rent_seen_running,
     services_fixture,
     unique_cluster,
     until,
@@ -47,12 +47,6 @@ def test_sacct_lines_read_as_squeue_lines():
     assert running.node_count == 1 and running.nodes == "localhost"
 
 
-def purged(made: SlurmCluster, job: str) -> bool:
-    """squeue no longer knows the job (what sends gputui to sacct)."""
-    out = made.run("squeue", "--states=all", "-h", "-j", job, "-o", "%T", check=False)
-    return out.returncode != 0 or out.stdout.strip() == ""
-
-
 def recorded(made: SlurmCluster, job: str) -> tuple[str, datetime, datetime] | None:
     """sacct's (State, Start, End) of the job once its end is recorded, read here on its own."""
     out = made.run("env", "TZ=UTC", "sacct", "-X", "-n", "-P", "-j", job, "-o",
@@ -67,6 +61,20 @@ def recorded(made: SlurmCluster, job: str) -> tuple[str, datetime, datetime] | N
         return None
 
 
+async def cancelled_and_forgotten(svc: Services, made: SlurmCluster, name: str
+                                  ) -> tuple[Any, str, tuple[str, datetime, datetime]]:
+    """An allocation seen running by gputui, then cancelled outside it (the cluster's admin,
+    the renter on the login node), purged by Slurm, its end recorded by sacct: (the instance,
+    its job id, sacct's State, Start and End)."""
+    inst, job = await rent_seen_running(svc, CLUSTER, 1, 600, name)
+    made.run("scancel", job)  # not through gputui
+    await until(lambda: job_purged(made, job), 60, "Slurm to forget the cancelled job")
+    await until(lambda: recorded(made, job) is not None, 30, "sacct to record the job's end")
+    found = recorded(made, job)
+    assert found is not None and found[0].startswith("CANCELLED")
+    return inst, job, found
+
+
 @needs_accounting
 @needs_sshd
 async def test_a_purged_allocation_is_billed_to_the_end_sacct_recorded(slurm, gputui_home: Path):
@@ -75,18 +83,13 @@ async def test_a_purged_allocation_is_billed_to_the_end_sacct_recorded(slurm, gp
     recorded (Slurm checks limits now and then: often later than the limit gputui last saw),
     not to the moment gputui looked again."""
     svc, made = slurm
-    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
-    inst = await svc.create("slurm", offer, CreateRequest(
-        offer_id=offer.offer_id, gpu_count=2, name="timed"),
-        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(seconds=50)))
-    seen = await svc.refresh(inst)  # gputui saw it running, with its limit
-    assert seen.status == InstanceStatus.RUNNING and seen.ends_by is not None
-    assert seen.running_since is not None
+    seen, job = await rent_seen_running(svc, CLUSTER, 2, 50, "timed")  # with its limit
+    assert seen.ends_by is not None and seen.running_since is not None
     assert 55 <= (seen.ends_by - seen.running_since).total_seconds() <= 65  # --time=1
-    job = inst.provider_id.partition(":")[2]
+    inst = seen
     await svc.close()  # no gputui process from here on
 
-    await until(lambda: purged(made, job), 240, "Slurm to end the job and forget it")
+    await until(lambda: job_purged(made, job), 240, "Slurm to end the job and forget it")
     await until(lambda: recorded(made, job) is not None, 30, "sacct to record the job's end")
     found = recorded(made, job)
     assert found is not None
@@ -94,8 +97,7 @@ async def test_a_purged_allocation_is_billed_to_the_end_sacct_recorded(slurm, gp
     assert state == "TIMEOUT" and end - start >= timedelta(seconds=60)
     looked = utcnow()
 
-    later = Services(SessionStore(gputui_home / "state.db"), svc.config, state_dir=gputui_home,
-                     link_options=dict(FAST_LINKS))
+    later = later_services(gputui_home, svc.config)
     try:
         fresh = await later.refresh(later.store.get_instance_sync(inst.id))
         entry = next(e for e in later.store.ledger_sync() if e.instance_id == inst.id)
@@ -118,17 +120,7 @@ async def test_a_release_of_an_allocation_cancelled_and_purged_meanwhile(slurm):
     releases it: sacct's `CANCELLED by 0` is the evidence it is gone (no STILL BILLING), and
     the bill stops when it was cancelled, not when gputui released it."""
     svc, made = slurm
-    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
-    inst = await svc.create("slurm", offer, CreateRequest(
-        offer_id=offer.offer_id, gpu_count=1, name="cancelled"),
-        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(minutes=10)))
-    assert (await svc.refresh(inst)).status == InstanceStatus.RUNNING
-    job = inst.provider_id.partition(":")[2]
-    made.run("scancel", job)  # not through gputui
-    await until(lambda: purged(made, job), 60, "Slurm to forget the cancelled job")
-    await until(lambda: recorded(made, job) is not None, 30, "sacct to record the job's end")
-    found = recorded(made, job)
-    assert found is not None and found[0].startswith("CANCELLED")
+    inst, job, found = await cancelled_and_forgotten(svc, made, "cancelled")
     end = found[2]
     began = time.monotonic()
 
@@ -159,17 +151,7 @@ async def test_accounting_that_cannot_be_asked_is_waited_for_not_guessed(slurm):
     from gputui.errors import GputuiError
 
     svc, made = slurm
-    offer = await svc.find_offer("slurm", "h100", region=CLUSTER)
-    inst = await svc.create("slurm", offer, CreateRequest(
-        offer_id=offer.offer_id, gpu_count=1, name="dbd-down"),
-        lease=Lease(instance_id="pending", release_at=utcnow() + timedelta(minutes=10)))
-    assert (await svc.refresh(inst)).status == InstanceStatus.RUNNING
-    job = inst.provider_id.partition(":")[2]
-    made.run("scancel", job)  # not through gputui
-    await until(lambda: purged(made, job), 60, "Slurm to forget the cancelled job")
-    await until(lambda: recorded(made, job) is not None, 30, "sacct to record the job's end")
-    found = recorded(made, job)
-    assert found is not None
+    inst, job, found = await cancelled_and_forgotten(svc, made, "dbd-down")
 
     [dbd] = [p for p in made.procs if isinstance(p.args, list) and "slurmdbd" in p.args[0]]
     dbd.terminate()
