@@ -33,7 +33,7 @@ from gputui.paths import config_dir, early_setting
 from gputui.ui.base import BaseScreen
 from gputui.ui.help import HelpScreen
 from gputui.ui.theming import DEFAULT_THEME, load_themes
-from gputui.ui.widgets import TopBar, size_note
+from gputui.ui.widgets import size_note
 
 # (mode, key, label, "module:Class", what it is for) — one key each, and a palette entry each.
 # Screens are imported when first shown, so the first frame does not wait for all of them.
@@ -408,9 +408,8 @@ class GpuTuiApp(App[int]):
             screen = self._base_screen()
             if screen is None:
                 return
-        try:
-            bar = screen.query_one(TopBar)
-        except Exception:  # a modal screen has no top bar
+        bar = screen.top_bar if isinstance(screen, BaseScreen) else None
+        if bar is None:  # a modal screen has no top bar
             return
         by = self.meter_by_currency()  # (once: each instance's cost so far, summed as shown)
         rate, accrued, count = self.meter(by)

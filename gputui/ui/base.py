@@ -56,6 +56,18 @@ class BaseScreen(Screen):
     def compose_body(self) -> ComposeResult:
         yield from ()
 
+    @property
+    def top_bar(self) -> TopBar | None:
+        """The screen's top bar (looked up once: the meter ticks it every second), or None
+        while it is not mounted."""
+        bar = self.__dict__.get("_top_bar")
+        if bar is None or not bar.is_attached:
+            try:
+                bar = self._top_bar = self.query_one(TopBar)
+            except Exception:  # noqa: BLE001 - not composed yet, or being taken down
+                return None
+        return bar
+
     def on_mount(self) -> None:
         # Textual calls this once for the class that defines it and again for each screen whose
         # own on_mount calls super().on_mount(): the second call must not subscribe twice or

@@ -528,11 +528,14 @@ class HomeScreen(BaseScreen):
 
     def tick(self) -> None:
         # the app's second can come while Home is mounted but its widgets are not (yet, or
-        # any more: the app closing): nothing on screen to tick then
-        tables = self.query(DataTable)
-        if not tables or not hasattr(self, "_instances"):
-            return
-        table = tables.first()
+        # any more: the app closing): nothing on screen to tick then. (The table is looked up
+        # once: a query walks the screen's widgets, every second.)
+        table = self.__dict__.get("_table")
+        if table is None or not table.is_attached:
+            tables = self.query(DataTable)
+            if not tables or not hasattr(self, "_instances"):
+                return
+            table = self._table = tables.first()
         self._ticks = getattr(self, "_ticks", 0) + 1
         if self._ticks % 10 == 0:  # a daemon started or stopped meanwhile
             self.check_keeper()
