@@ -121,21 +121,47 @@ class RowTable(DataTable):
         if update_width or not self.is_mounted:
             super().update_cell(row_key, column_key, value, update_width=update_width)
             return
-        row = RowKey(row_key) if isinstance(row_key, str) else row_key
-        column = ColumnKey(column_key) if isinstance(column_key, str) else column_key
-        if row not in self._row_locations or column not in self._column_locations:
-            super().update_cell(row, column, value)  # (raises CellDoesNotExist)
+        self.update_cells([(row_key, column_key, value)])
+
+    def update_cells(self, changes: list[tuple[RowKey | str, ColumnKey | str, object]]) -> None:
+        """Several cells at once (Home's second: each row's countdown), each as `update_cell`
+        without `update_width`: the caches are gone through once and the table is asked to
+        repaint once, for the changed cells' places only."""
+        if not self.is_mounted:
+            for row_key, column_key, value in changes:
+                super().update_cell(row_key, column_key, value)
             return
-        old = _plain(self._data[row].get(column))
-        new = _plain(value)
-        swap = ((old, new) if old is not None and new is not None
-                and cell_len(old) == cell_len(new) and not self.fixed_columns else None)
-        # as DataTable.update_cell, but only this cell's cached renders are dropped (a new
-        # update count would drop every cell's) and only the cell is repainted
-        self._data[row][column] = value
-        index = self.get_row_index(row)
-        column_index = self.get_column_index(column)
-        region = self._get_cell_region(Coordinate(index, column_index))
+        # (row, column, index, column index, swap) of each change
+        done: list[tuple[RowKey, ColumnKey, int, int, tuple[str, str] | None]] = []
+        regions = []
+        for row_key, column_key, value in changes:
+            row = RowKey(row_key) if isinstance(row_key, str) else row_key
+            column = ColumnKey(column_key) if isinstance(column_key, str) else column_key
+            if row not in self._row_locations or column not in self._column_locations:
+                super().update_cell(row, column, value)  # (raises CellDoesNotExist)
+                continue
+            old = _plain(self._data[row].get(column))
+            new = _plain(value)
+            swap = ((old, new) if old is not None and new is not None
+                    and cell_len(old) == cell_len(new) and not self.fixed_columns else None)
+            # as DataTable.update_cell, but only this cell's cached renders are dropped (a new
+            # update count would drop every cell's) and only the cell is repainted
+            self._data[row][column] = value
+            index = self.get_row_index(row)
+            column_index = self.get_column_index(column)
+            regions.append(self._get_cell_region(Coordinate(index, column_index)))
+            done.append((row, column, index, column_index, swap))
+        if done:
+            self._forget_cells(done, regions)
+            window, offset = self.window_region, self.scroll_offset
+            shown = [r.translate(-offset) for r in regions if window.overlaps(r)]
+            if shown:
+                self.refresh(*shown)
+
+    def _forget_cells(self, done: list[tuple[RowKey, ColumnKey, int, int, tuple[str, str] | None]],
+                      regions: list[Region]) -> None:
+        """Drop the changed cells' cached renders; patch the rows' and lines' caches where they
+        were drawn as the table is now (a countdown's same-width text swapped in place)."""
         # what a cached line was drawn for, as it is now (DataTable's cache keys hold these)
         now = (self.cursor_coordinate, self.hover_coordinate, self.cursor_type,
                self.show_cursor, self._show_hover_cursor, self._update_count,
@@ -144,19 +170,26 @@ class RowTable(DataTable):
         if len(cells) > CELL_RENDERS_KEPT:
             cells.clear()
         # keys compared by their text: a StringKey's own == is a Python call per cached cell
-        row_value, column_value = row.value, column.value
-        for cell in [k for k in cells.keys()
-                     if k[1].value == column_value and k[0].value == row_value]:
+        pairs = {(row.value, column.value) for row, column, _i, _c, _s in done}
+        for cell in [k for k in cells.keys() if (k[0].value, k[1].value) in pairs]:
             cells.discard(cell)
-        for count_index in [k for k in self._row_renderable_cache.keys() if k[1] == index]:
+        indexes = {index for _r, _c, index, _ci, _s in done}
+        for count_index in [k for k in self._row_renderable_cache.keys() if k[1] in indexes]:
             self._row_renderable_cache.discard(count_index)
+        by_row: dict[str | None, list[tuple[int, int, tuple[str, str] | None, Region]]] = {}
+        for (row, _column, index, column_index, swap), region in zip(done, regions, strict=True):
+            by_row.setdefault(row.value, []).append((index, column_index, swap, region))
         rows = self._row_render_cache
-        for key in [k for k in rows.keys() if k[0].value == row_value]:
+        for key in [k for k in rows.keys() if k[0].value in by_row]:
             patched = None
             # (row, line, base style, cursor, hover, cursor type, show cursor, show hover,
             # update count, pseudo-classes)
             if (key[3], key[4], key[5], key[6], key[7], key[8], key[9]) == now:
-                patched = self._patched(rows[key], key, index, column_index, swap)
+                patched = rows[key]
+                for index, column_index, swap, _region in by_row[key[0].value]:
+                    patched = self._patched(patched, key, index, column_index, swap)
+                    if patched is None:
+                        break
             rows.discard(key)  # (an LRUCache keeps a key's first value: out, then in)
             if patched is not None:
                 rows[key] = patched
@@ -164,22 +197,28 @@ class RowTable(DataTable):
         width = self.size.width
         for at in list(lines.keys()):
             try:
-                on_row = self._get_offsets(at[0])[0].value == row_value
+                mine = by_row.get(self._get_offsets(at[0])[0].value)
             except LookupError:
-                on_row = True
-            if not on_row:
+                mine = []  # a line of no row now: dropped
+            if mine is None:
                 continue
             line = None
             # (y, x1, x2, width, cursor, hover, base style, cursor type, show hover, update
             # count, pseudo-classes): show_cursor is not in it, a line drawn with it is
-            if swap is not None and at[3] == width and (
+            if mine and at[3] == width and (
                     at[4], at[5], at[7], at[8], at[9], at[10]) == (
                     now[0], now[1], now[2], now[4], now[5], now[6]):
-                line = _swapped_strip(lines[at], region.x + self.cell_padding - at[1], *swap)
+                line = lines[at]
+                for _index, _column_index, swap, region in mine:
+                    if swap is None:
+                        line = None
+                        break
+                    line = _swapped_strip(line, region.x + self.cell_padding - at[1], *swap)
+                    if line is None:
+                        break
             lines.discard(at)
             if line is not None:
                 lines[at] = line
-        self._refresh_region(region)
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # the widget's style, worked out from its ancestors once a frame, not once a line
@@ -238,6 +277,15 @@ def _swapped_strip(strip: Strip, x: int, old: str, new: str) -> Strip | None:
         segments[i] = Segment(text[:start] + new + text[start + len(old):], seg.style)
         return Strip(segments, strip.cell_length)
     return None
+
+
+def _apply(table: DataTable, batch: list[tuple[RowKey | str, ColumnKey | str, object]]) -> None:
+    """Same-width cell changes, together where the table can take them so."""
+    if isinstance(table, RowTable):
+        table.update_cells(batch)
+        return
+    for row, column, value in batch:
+        table.update_cell(row, column, value)
 
 
 def _remeasure(table: DataTable) -> None:
@@ -498,14 +546,23 @@ class HomeScreen(BaseScreen):
         """Redraw only the cells whose text changed; re-measure a column only when a cell
         changed width (a countdown ticking keeps its width; a long status that goes lets its
         column shrink back, so the columns after it come back into view)."""
+        batch: list[tuple[RowKey | str, ColumnKey | str, object]] = []
+        self._changes(table, iid, cells, batch)
+        _apply(table, batch)
+
+    def _changes(self, table: DataTable, iid: str, cells: dict[str, str | Text],
+                 batch: list[tuple[RowKey | str, ColumnKey | str, object]]) -> None:
+        """As `_update`, the cells that keep their width put in `batch` (drawn together)."""
         shown = self._shown.setdefault(iid, {})
         for key, value in cells.items():
             text = str(value)
             before = shown.get(key)
             if before == text:
                 continue
-            table.update_cell(iid, key, value,
-                              update_width=before is None or cell_len(text) != cell_len(before))
+            if before is None or cell_len(text) != cell_len(before):
+                table.update_cell(iid, key, value, update_width=True)
+            else:
+                batch.append((iid, key, value))
             shown[key] = text
 
     def check_keeper(self) -> None:
@@ -540,8 +597,10 @@ class HomeScreen(BaseScreen):
         if self._ticks % 10 == 0:  # a daemon started or stopped meanwhile
             self.check_keeper()
         now = self.gapp.now()
+        batch: list[tuple[RowKey | str, ColumnKey | str, object]] = []
         for inst in self._instances.values():
-            self._update(table, inst.id, self._cells(inst, now, ticking=True))
+            self._changes(table, inst.id, self._cells(inst, now, ticking=True), batch)
+        _apply(table, batch)  # every row's countdown, in one pass and one repaint
 
     def on_store_event(self, message: StoreEvent) -> None:
         from gputui.store import InstanceChanged, LeaseChanged, LinkChanged, QueueChanged

@@ -120,3 +120,54 @@ async def test_a_cell_that_is_not_plain_text_of_the_same_width_is_rendered_again
             await pilot.pause()
             assert styled(table, 2) == fresh, value
             assert shows in table.render_line(2).text
+
+
+class WideTableApp(App):
+    def compose(self) -> ComposeResult:
+        yield RowTable(cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        table = self.query_one(RowTable)
+        for key in ("name", "release", "cost"):
+            table.add_column(key, key=key)
+        for name, _gpu, release in ROWS:
+            table.add_row(name, release, "$0.10", key=name)
+
+
+async def test_a_second_of_countdowns_changed_together_draws_each_row_as_a_fresh_render():
+    """Home's second: every row's countdown (and here and there a cost) changed in one call,
+    one pass over the caches and one repaint. Each row must read as a table drawn from
+    scratch with the same values: two swaps on one row, a swap beside a cell rendered again,
+    the cursor's row and a zebra row."""
+    app = WideTableApp()
+    async with app.run_test(size=(60, 10)) as pilot:
+        table = app.query_one(RowTable)
+        await pilot.pause()
+        table.move_cursor(row=2)
+        await pilot.pause()
+        lines(table)  # every row drawn as it is now
+        repainted: list[tuple] = []
+        refresh = table.refresh
+
+        def counted(*regions, **kwargs):
+            repainted.append(regions)
+            return refresh(*regions, **kwargs)
+
+        table.refresh = counted  # type: ignore[method-assign]
+        table.update_cells([("alpha", "release", "49m 09s"), ("alpha", "cost", "$0.11"),
+                            ("bravo", "release", "48m 01s"), ("bravo", "cost", Text("$0.2", style="red")),
+                            ("charlie", "release", "12m 39s"), ("训练甲", "release", "47分 09秒")])
+        table.refresh = refresh  # type: ignore[method-assign]
+        assert len(repainted) == 1 and len(repainted[0]) == 6  # one repaint: the six cells
+        await pilot.pause()
+        drawn = [styled(table, y) for y in range(len(ROWS) + 1)]
+        texts = [table.render_line(y).text for y in range(len(ROWS) + 1)]
+        assert "49m 09s" in texts[1] and "$0.11" in texts[1]
+        assert "48m 01s" in texts[2] and "$0.2 " in texts[2]
+        assert "12m 39s" in texts[3] and "47分 09秒" in texts[4]
+        assert table.get_cell("bravo", "cost") == Text("$0.2", style="red")
+        # the same values drawn from scratch (every cache dropped)
+        table.update_cell("alpha", "release", "49m 09s", update_width=True)
+        await pilot.pause()
+        assert [styled(table, y) for y in range(len(ROWS) + 1)] == drawn
+        assert table.cursor_row == 2
