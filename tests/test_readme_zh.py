@@ -45,3 +45,27 @@ def test_both_say_how_to_choose_the_language():
         for words in ("--lang zh", 'language = "zh"', "LANG=zh_CN.UTF-8", "LC_ALL",
                       "LC_MESSAGES", "ctrl+p", "Language: 中文", "Language: English"):
             assert words in text, words
+
+
+def _tables_by_section(text: str) -> list[list[int]]:
+    """For each section, the number of rows of each of its tables (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    out: list[list[int]] = []
+    for part in re.split(r"^#{2,3} .+$", text, flags=re.M)[1:]:
+        rows = [len(block.splitlines()) for block in
+                re.findall(r"(?:^\|.*\n?)+", part, flags=re.M)]
+        out.append(rows)
+    return out
+
+
+def test_each_section_has_the_same_tables():
+    """A table copied twice, or one left behind with old figures when the English was
+    re-measured, shows as a section with a table more (the Chinese performance section had
+    its previous table and paragraphs twice)."""
+    zh_titles = [title for _level, title in _headings(ZH)]
+    zh = [rows for rows, title in zip(_tables_by_section(ZH), zh_titles, strict=True)
+          if title not in ZH_ONLY]
+    en = _tables_by_section(EN)
+    assert len(zh) == len(en)
+    for n, (en_rows, zh_rows) in enumerate(zip(en, zh, strict=True)):
+        assert zh_rows == en_rows, (_headings(EN)[n], en_rows, zh_rows)
