@@ -9,6 +9,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.geometry import Region
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
@@ -60,7 +61,8 @@ class TopBar(Widget):
     rate: reactive[Decimal] = reactive(Decimal(0))
     accrued: reactive[Decimal] = reactive(Decimal(0))
     billing_count: reactive[int] = reactive(0)
-    clock: reactive[str] = reactive("")
+    # (repainted by `tick`: only its own cells where the rest of the line is unchanged)
+    clock: reactive[str] = reactive("", repaint=False)
     size_note: reactive[str] = reactive("")
     keeper: reactive[str] = reactive("")  # "deadlines kept by the daemon" while one runs
     # ((currency, rate, accrued), ...): one figure per currency, never one sum across them
@@ -144,7 +146,23 @@ class TopBar(Widget):
                     for seg in left.render(self.app.console) if seg.text]
             head.append(Segment(pad + right, base))
             self._head = (key, head)
+            self._clock_at = sum(seg.cell_length for seg in head)
         return Strip([*self._head[1], Segment(self.clock, base)]).adjust_cell_length(width, base)
+
+    _clock_at = -1  # the cell the clock starts at, as last drawn
+
+    def watch_clock(self, old: str, new: str) -> None:
+        """A new second: only the clock's cells are repainted where the line before it is as
+        last drawn and the clock fits (the terminal is sent eight cells, not the whole line);
+        otherwise the whole line."""
+        laid = getattr(self, "_laid", None)
+        if (self._head is not None and laid is not None and laid[0] == self._layout_key()
+                and self._head[0] == (laid[0], self.content_region.width)
+                and len(old) == len(new) and 0 <= self._clock_at
+                and self._clock_at + len(new) <= self.content_region.width):
+            self.refresh(Region(self._clock_at, 0, len(new), 1))
+        else:
+            self.refresh()
 
     def _lay_out(self) -> tuple[Text, str, str]:
         """The line laid out for a clock as wide as this one: (left, padding, the right part
