@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING
 from gputui.errors import GputuiError
 from gputui.format import end_reason_word
 from gputui.i18n import N_, Deferred, _
-from gputui.models import EndReason, Instance, InstanceStatus, Lease, LeaseState, as_utc, utcnow
+from gputui.models import (
+    EndReason,
+    Instance,
+    InstanceStatus,
+    Lease,
+    LeaseState,
+    LedgerEntry,
+    as_utc,
+    utcnow,
+)
 from gputui.services.arming import (  # noqa: F401 - re-exported: where they always were
     WATCHDOG_FILE,
     WATCHDOG_PID,
@@ -181,6 +190,20 @@ class LeaseService(LeaseArmer):
         leases, live = self._books_read
         return dict(leases), list(live)
 
+    async def _budget_books(self) -> tuple[list[Instance], list[LedgerEntry]]:
+        """Every instance and the whole ledger, for the budgets: read again only when anything
+        was committed to the store since the last read (as `_books`) — the caps are checked
+        against the time every second, but a long ledger is not read every second."""
+        stamp = self.store.version_now()
+        if stamp is None or stamp != self._budget_stamp or self._budget_read is None:
+            read = (await self.store.instances(), await self.store.ledger())
+            self._budget_stamp, self._budget_read = stamp, read
+        instances, ledger = self._budget_read
+        return list(instances), list(ledger)
+
+    _budget_stamp: tuple[int, int] | None = None
+    _budget_read: tuple[list[Instance], list[LedgerEntry]] | None = None
+
     def _watch_queues(self, live: list[Instance]) -> None:
         """Where this process keeps a queue watch (the console, the daemon): the queues nothing
         read lately are read in the background, so a queue that ends or a run that fails on
@@ -317,8 +340,7 @@ class LeaseService(LeaseArmer):
         budget = self.services.config.budget
         if budget.daily is None and budget.monthly is None and budget.per_instance is None:
             return
-        instances = await self.store.instances()
-        ledger = await self.store.ledger()
+        instances, ledger = await self._budget_books()
         for alert in self.budget_watch.check(budget, instances, ledger, now):
             self.store.notify(alert.text, "warning" if alert.level < 100 else "error", bell=True,
                               instance_id=alert.instance_id)

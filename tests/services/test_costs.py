@@ -255,3 +255,42 @@ def test_costs_runs_in_chinese_keeps_headings_whole_and_names_an_unlabelled_run(
     # the exit code sits under its heading
     assert cell_len(lines[0][:lines[0].index("退出码")]) + cell_len("退出码") == \
         cell_len(first[:first.index(" 3 ") + 2]), (lines[0], first)
+
+
+async def test_budgets_read_the_ledger_again_only_after_a_commit(gputui_home: Path):
+    """The lease clock checks the caps every second; the whole ledger (months of it, for a
+    renter who keeps one) is read again only once something was committed — here or by another
+    gputui process — never every second."""
+    config = Config()
+    config.budget.daily = Decimal("100")
+    svc = Services(SessionStore(gputui_home / "state.db"), config, state_dir=gputui_home,
+                   sandbox_boot_seconds=0)
+    other = Services(SessionStore(gputui_home / "state.db"), config, state_dir=gputui_home,
+                     sandbox_boot_seconds=0)
+    reads = 0
+    ledger = svc.store.ledger
+
+    async def counted() -> list:
+        nonlocal reads
+        reads += 1
+        return await ledger()
+
+    svc.store.ledger = counted  # type: ignore[method-assign]
+    try:
+        offer = await svc.find_offer("sandbox", "H100 80GB SXM5")
+        inst = await svc.create("sandbox", offer, CreateRequest(offer_id=offer.offer_id, name="b"))
+        leases = LeaseService(svc)
+        await leases.tick()
+        first = reads
+        for _ in range(3):
+            await leases.tick()
+        assert reads == first  # nothing committed: the ledger is not read again
+        # another process releases the instance: its ledger entry is read at the next tick
+        await other.release(other.store.get_instance_sync(inst.id), "manual")
+        await leases.tick()
+        assert reads == first + 1
+        _instances, entries = await leases._budget_books()
+        assert [e.name for e in entries] == ["b"]
+    finally:
+        await svc.close()
+        await other.close()
