@@ -73,3 +73,22 @@ async def test_a_second_repaints_the_clock_alone_and_the_line_reads_whole():
         wide = drawn(bar)
         assert len(wide) == 118
         assert wide.endswith((later + timedelta(seconds=2)).astimezone().strftime("%H:%M:%S"))
+
+
+async def test_a_theme_change_recolours_the_bar():
+    """The bar's colours are worked out once and kept: a new theme must still reach it."""
+    from gputui.ui.theming import load_themes
+
+    app = BarApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        for theme in load_themes().themes.values():
+            app.register_theme(theme)
+        app.theme = "gputui-dark"
+        bar = app.query_one(TopBar)
+        bar.tick(Decimal("2.76"), Decimal("0.04"), 4, T0, USD)
+        await pilot.pause()
+        dark = {seg.style.bgcolor for seg in bar.render_line(0) if seg.style}
+        app.theme = "gputui-light"
+        await pilot.pause()
+        light = {seg.style.bgcolor for seg in bar.render_line(0) if seg.style}
+        assert dark and light and dark.isdisjoint(light), (dark, light)
