@@ -27,7 +27,7 @@ import pytest
 
 if TYPE_CHECKING:
     from gputui.config import Config
-    from gputui.models import Instance
+    from gputui.models import Instance, LedgerEntry
     from gputui.services.hub import Services
 
 SLURM_BINARIES = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "scancel", "scontrol",
@@ -550,3 +550,16 @@ def later_services(home: Path, config: Config) -> Services:
 
     return Services(SessionStore(home / "state.db"), config, state_dir=home,
                     link_options=dict(FAST_LINKS))
+
+
+async def refreshed_later(home: Path, config: Config, instance_id: str
+                          ) -> tuple[Instance, LedgerEntry]:
+    """A later gputui process looks at the instance once: (the instance as it then reads,
+    its ledger entry)."""
+    later = later_services(home, config)
+    try:
+        fresh = await later.refresh(later.store.get_instance_sync(instance_id))
+        entry = next(e for e in later.store.ledger_sync() if e.instance_id == instance_id)
+    finally:
+        await later.close()
+    return fresh, entry

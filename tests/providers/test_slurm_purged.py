@@ -15,8 +15,8 @@ from tests.drill.sshd_host import needs_sshd
 from tests.slurm_cluster import (
     cluster_fixture,
     job_purged,
-    later_services,
     needs_slurm,
+    refreshed_later,
     rent_seen_running,
     services_fixture,
     unique_cluster,
@@ -45,12 +45,7 @@ async def test_a_purged_allocation_is_billed_to_its_time_limit_not_to_now(slurm,
     await until(lambda: job_purged(made, job), 240, "Slurm to end the job and forget it")
     assert (utcnow() - seen.ends_by).total_seconds() > 20  # it is looked at well after
 
-    later = later_services(gputui_home, svc.config)
-    try:
-        fresh = await later.refresh(later.store.get_instance_sync(seen.id))
-        entry = next(e for e in later.store.ledger_sync() if e.instance_id == seen.id)
-    finally:
-        await later.close()
+    fresh, entry = await refreshed_later(gputui_home, svc.config, seen.id)
     assert fresh.status == InstanceStatus.RELEASED and fresh.ended_at == seen.ends_by
     assert "billed to its time limit" in fresh.status_detail
     assert 55 <= fresh.running_seconds() <= 65  # the minute it was allowed, not until now

@@ -19,8 +19,8 @@ from tests.slurm_cluster import (
     SlurmCluster,
     cluster_fixture,
     job_purged,
-    later_services,
     needs_accounting,
+    refreshed_later,
     rent_seen_running,
     services_fixture,
     unique_cluster,
@@ -97,12 +97,7 @@ async def test_a_purged_allocation_is_billed_to_the_end_sacct_recorded(slurm, gp
     assert state == "TIMEOUT" and end - start >= timedelta(seconds=60)
     looked = utcnow()
 
-    later = later_services(gputui_home, svc.config)
-    try:
-        fresh = await later.refresh(later.store.get_instance_sync(inst.id))
-        entry = next(e for e in later.store.ledger_sync() if e.instance_id == inst.id)
-    finally:
-        await later.close()
+    fresh, entry = await refreshed_later(gputui_home, svc.config, inst.id)
     assert fresh.status == InstanceStatus.RELEASED and fresh.end_reason == "timer"
     assert str(fresh.status_detail).startswith(
         "ended by Slurm: its time limit passed (TIMEOUT"), fresh.status_detail
