@@ -80,6 +80,7 @@ class LeaseService(LeaseArmer):
         self._release_retry_at: dict[str, float] = {}  # a failed release: when to try again
         self._release_gap: dict[str, float] = {}
         self._wallets_read: float | None = None  # when the wallets were last read (runway)
+        self._wallets_looked = float("-inf")  # when notifications were last looked at
         self._settle_at: dict[str, float] = {}  # a record left mid-create: next look
         self._tick_errors: dict[str, str] = {}  # instance id -> its last unforeseen error
         # the store's stamp and what `_books` read under it
@@ -155,9 +156,13 @@ class LeaseService(LeaseArmer):
         now = as_utc(now or utcnow())
         result = ReapResult([], [], [])
         leases, live = await self._books()
+        from gputui.services.jobs import when_done_ids
+
+        records = when_done_ids(self.services)  # who has a queue's when-done (one listing)
         for inst in live:
             try:
-                await self._tick_one(inst, leases.get(inst.id), now, refresh, result)
+                await self._tick_one(inst, leases.get(inst.id), now, refresh, result,
+                                     inst.id in records)
             except Exception as exc:  # noqa: BLE001 - one instance never stops the others
                 error = str(exc) if isinstance(exc, GputuiError) else f"{type(exc).__name__}: {exc}"
                 line = Deferred("{name}: {error}", name=inst.name, error=error)
@@ -169,7 +174,7 @@ class LeaseService(LeaseArmer):
                                       "error", instance_id=inst.id)
             else:
                 self._tick_errors.pop(inst.id, None)
-        self._watch_queues(live)
+        self._watch_queues(live, records)
         await self._budgets(now, result)
         await self._wallets(now)
         if refresh and (self._swept is None or time.monotonic() - self._swept >= SWEEP_EVERY_S):
@@ -204,7 +209,7 @@ class LeaseService(LeaseArmer):
     _budget_stamp: tuple[int, int] | None = None
     _budget_read: tuple[list[Instance], list[LedgerEntry]] | None = None
 
-    def _watch_queues(self, live: list[Instance]) -> None:
+    def _watch_queues(self, live: list[Instance], records: set[str]) -> None:
         """Where this process keeps a queue watch (the console, the daemon): the queues nothing
         read lately are read in the background, so a queue that ends or a run that fails on
         any instance is said."""
@@ -212,7 +217,7 @@ class LeaseService(LeaseArmer):
 
         watch = self.services.find_attached(QueueWatch)
         if watch is not None:
-            watch.tick(live)
+            watch.tick(live, records)
 
     def _left_mid_create(self, inst: Instance) -> bool:
         """A record a create left behind (Ctrl-C, a crash, a console closed mid-create): asked
@@ -227,7 +232,7 @@ class LeaseService(LeaseArmer):
         return True
 
     async def _tick_one(self, inst: Instance, lease: Lease | None, now: datetime, refresh: bool,
-                        result: ReapResult) -> None:
+                        result: ReapResult, when_done: bool) -> None:
         if refresh or self._left_mid_create(inst):
             try:
                 inst = await self.services.refresh(inst)
@@ -243,7 +248,8 @@ class LeaseService(LeaseArmer):
             if await session_keeper(self.services).tick(inst, lease, now) == "kept":
                 self._wipe_warned.discard(inst.id)
                 return
-        done = await self._jobs_done(inst)  # a queue's when-done: pulled, then released
+        # a queue's when-done: pulled, then released
+        done = await self._jobs_done(inst) if when_done else None
         if done == "released":
             result.released.append(inst.name)
             return
@@ -365,19 +371,24 @@ class LeaseService(LeaseArmer):
     async def _wallets(self, now: datetime) -> None:
         """Wallet low: a provider's balance lasts under `[notify] wallet_low_hours` at what
         bills in it now. Read every 10 minutes, only when notifications are configured; told
-        once a day per provider."""
-        from decimal import Decimal
-
-        from gputui.errors import GputuiError
-        from gputui.format import format_money
-        from gputui.services.notify import configured_urls, wallet_low, wanted
+        once a day per provider. (Whether they are configured is looked at every 10 s, not on
+        every tick of the clock.)"""
+        mono = time.monotonic()
+        if mono < self._wallets_looked + 10.0:
+            return
+        self._wallets_looked = mono
+        from gputui.services.notify import configured_urls, wanted
 
         config = self.services.config
         if not configured_urls(config) or not wanted(config, "wallet_low"):
             return
-        mono = time.monotonic()
         if self._wallets_read is not None and mono - self._wallets_read < WALLET_EVERY_S:
             return
+        from decimal import Decimal
+
+        from gputui.errors import GputuiError
+        from gputui.format import format_money
+        from gputui.services.notify import wallet_low
         self._wallets_read = mono
         live = [i for i in await self.store.instances(live_only=True) if i.status.billing_compute]
         limit = Decimal(str(config.notify.wallet_low_hours))
@@ -427,10 +438,12 @@ class LeaseService(LeaseArmer):
     def _warn_wipe(self, inst: Instance, now: datetime) -> None:
         """A day before a provider wipes a stopped instance (AutoDL: 15 days shut down), say so
         once: starting it resets the clock."""
+        if inst.status != InstanceStatus.STOPPED or inst.id in self._wipe_warned:
+            return  # (first: every running instance comes here every second)
         from gputui.services.views import WIPE_AFTER_STOPPED_DAYS, deletion_note
 
         days = WIPE_AFTER_STOPPED_DAYS.get(inst.provider)
-        if inst.status != InstanceStatus.STOPPED or days is None or inst.id in self._wipe_warned:
+        if days is None:
             return
         text, warn = deletion_note(inst.stopped_at, days, now)
         if warn:

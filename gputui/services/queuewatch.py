@@ -216,11 +216,11 @@ class QueueWatch:
 
     # -- reading what nobody read ------------------------------------------------------------
 
-    def tick(self, instances: list[Instance]) -> None:
+    def tick(self, instances: list[Instance], when_done: set[str]) -> None:
         """The lease clock's call (every second): read, in the background, each queue that
-        runs and that nothing read for `every_s`. Returns at once."""
+        runs and that nothing read for `every_s`. `when_done`: the instances with a when-done
+        record (`jobs.when_done_ids`, listed once by the clock). Returns at once."""
         from gputui.models import InstanceStatus
-        from gputui.services.jobs import _policy_path
 
         live = {i.id for i in instances}
         for gone in [i for i in self._summary if i not in live]:
@@ -231,7 +231,7 @@ class QueueWatch:
             if inst.status != InstanceStatus.RUNNING:
                 continue
             mark = queued.get(inst.id)
-            if mark is None and not _policy_path(self.services, inst.id).exists():
+            if mark is None and inst.id not in when_done:
                 continue
             if self._ended.get(inst.id) and (mark or 0.0) <= self._ended_mark.get(inst.id, 0.0):
                 continue  # ended, and nothing queued since

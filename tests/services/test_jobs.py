@@ -484,6 +484,30 @@ async def test_when_done_at_once_on_an_ended_queue_is_finished_by_gputui_not_a_p
     assert (await services.store.get_instance(inst.id)).status == InstanceStatus.RELEASED
 
 
+async def test_the_lease_clock_finishes_a_when_done_from_one_look_at_the_records(
+        services: Services, tmp_path: Path):
+    """The clock lists the when-done records once a tick (not a file per instance): the
+    instance whose queue ended with `when-done release` has its results brought home and is
+    released by the clock's tick; the other, whose record is only being written (a temporary
+    file beside the records), is left running."""
+    from gputui.services.jobs import WHEN_DONE_DIR, when_done_ids
+    from gputui.services.leases import LeaseService
+
+    done, other = await rent(services, name="done"), await rent(services, name="other")
+    jobs = JobService(services)
+    await jobs.add(done, [JobSpec("mkdir -p out && echo done > out/r.txt", name="w")])
+    await jobs.wait(done)
+    await jobs.set_when_done(done, "release", pulls=[("out", str(tmp_path / "out"))], grace_s=0)
+    folder = services.state_dir / WHEN_DONE_DIR
+    (folder / f".{other.id}.json.tmp4242").write_text("{")  # a record mid-write
+    assert when_done_ids(services) == {done.id}
+    result = await LeaseService(services).tick()
+    assert result.released == [done.name]
+    assert (tmp_path / "out" / "r.txt").read_text() == "done\n"
+    assert (await services.store.get_instance(done.id)).status == InstanceStatus.RELEASED
+    assert (await services.store.get_instance(other.id)).status == InstanceStatus.RUNNING
+
+
 async def test_when_done_with_grace_on_an_ended_queue_still_powers_off_after_it(
         services: Services):
     """With a grace period the instance still powers itself off when it has passed, even if
