@@ -127,6 +127,11 @@ def cmd_extend(args: argparse.Namespace) -> int:
     from gputui.format import format_remaining
     from gputui.models import InstanceStatus
 
+    if args.by is not None and args.by_option is not None and args.by != args.by_option:
+        raise CommandError(_("extend: say how much longer once ({by} or --by {option})").format(
+            by=args.by, option=args.by_option), EXIT_BAD_INPUT)
+    by = args.by or args.by_option or "1h"
+
     async def body(services) -> int:
         from gputui.services.leases import session_leases
 
@@ -138,7 +143,7 @@ def cmd_extend(args: argparse.Namespace) -> int:
             lease = await leases.extend(inst, to=check_release_at(_parse_clock(args.to, "--to"),
                                                                   "--to"))
         else:
-            lease = await leases.extend(inst, by=lease_span(args.by, "extend"))
+            lease = await leases.extend(inst, by=lease_span(by, "extend"))
         layers = [_("console")] + ([_("on-instance")] if lease.on_instance_armed else []) + (
             [_("provider")] if lease.provider_armed else [])
         at = lease.release_at.astimezone() if lease.release_at else None
@@ -470,7 +475,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("extend", help=_("move an instance's release time"))
     s.add_argument("name", help=_("instance name or id"))
-    s.add_argument("by", nargs="?", default="1h", help=_("how much longer: 1h, 30m (default 1h)"))
+    s.add_argument("by", nargs="?", help=_("how much longer: 1h, 30m (default 1h)"))
+    # (`--by 1h` as well: how a renter says it too)
+    s.add_argument("--by", dest="by_option", metavar="SPAN", help=argparse.SUPPRESS)
     s.add_argument("--to", metavar="TIME", help=_("a new release time instead: 18:30"))
     s.set_defaults(handler=cmd_extend)
 

@@ -142,7 +142,7 @@ async def _settled(services: Services, inst: Instance) -> None:
 
 def rent_terms(inst: object, lease: object) -> str:
     """What a new rental costs and when it ends, in one line: `gpu-1: billing $0.69/h; released
-    at 16:30 (in 2h 00m) unless extended — gputui extend gpu-1 --by 1h`."""
+    at 16:30 (in 2h 00m) unless extended — gputui extend gpu-1 1h`."""
     from gputui.format import format_money, format_remaining, local_clock
 
     billing = inst.billing  # type: ignore[attr-defined]
@@ -153,7 +153,7 @@ def rent_terms(inst: object, lease: object) -> str:
         return _("{name}: billing {price}/h; no release time set — it bills until `gputui "
                  "release {name}`").format(name=name, price=price)
     return _("{name}: billing {price}/h; released at {time} (in {left}) unless extended — "
-             "`gputui extend {name} --by 1h`").format(
+             "`gputui extend {name} 1h`").format(
         name=name, price=price, time=local_clock(at),
         left=format_remaining(lease.remaining()))  # type: ignore[attr-defined]
 

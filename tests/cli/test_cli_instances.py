@@ -16,6 +16,32 @@ def gputui(home: Path, *args: str, timeout: float = 90) -> subprocess.CompletedP
                           env=run_gputui_env(home), timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def test_the_command_create_names_for_more_time_works_as_printed(gputui_home: Path):
+    """`create` ends with how to get more time (`gputui extend NAME 1h`): that command, run as
+    printed, moves the release an hour; `--by 30m` (as a renter may say it) works too, and two
+    different spans at once are refused with exit 2, nothing moved."""
+    import re
+    import shlex
+
+    out = gputui(gputui_home, "create", "--provider", "sandbox", "--gpu", "RTX 3090",
+                 "--name", "hint", "--release-after", "90m")
+    assert out.returncode == 0, out.stderr
+    [command] = re.findall(r"`(gputui extend [^`]+)`", out.stdout + out.stderr)
+    [before] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
+    ext = gputui(gputui_home, *shlex.split(command)[1:])
+    assert ext.returncode == 0, ext.stderr
+    [after] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
+    moved = datetime.fromisoformat(after["release_at"]) - datetime.fromisoformat(
+        before["release_at"])
+    assert moved == timedelta(hours=1)
+    assert gputui(gputui_home, "extend", "hint", "--by", "30m").returncode == 0
+    both = gputui(gputui_home, "extend", "hint", "2h", "--by", "30m")
+    assert both.returncode == 2 and "once" in both.stderr and "Traceback" not in both.stderr
+    [last] = json.loads(gputui(gputui_home, "instances", "--json").stdout)
+    assert datetime.fromisoformat(last["release_at"]) - datetime.fromisoformat(
+        before["release_at"]) == timedelta(minutes=90)
+
+
 def test_create_ssh_extend_release(gputui_home: Path):
     out = gputui(gputui_home, "create", "--provider", "sandbox", "--gpu", "RTX 3090",
                  "--count", "2", "--name", "ft", "--release-after", "90m", "--json")
