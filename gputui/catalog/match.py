@@ -34,6 +34,8 @@ import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
+from gputui.format import short_gpu
+
 from .errors import AmbiguousGpu, UnknownGpu
 from .specs import GpuSpec, load_specs
 
@@ -100,6 +102,11 @@ class _Label:
 def _resolve(query: str, labelled: Iterable[tuple[str, K]], display: Mapping[K, str]) -> K:
     """Match `query` against labels; each label names a target. Uniqueness is per target."""
     q = _Label(query)
+    labelled = list(labelled)
+    # each label also as the console shows it in a narrow column ('RTX 4090 D CN' for 'GeForce
+    # RTX 4090 D (China SKU)'): what a renter reads on Home can be typed back
+    labelled += [(short, t) for label, t in labelled
+                 if (short := short_gpu(label)) != label and short != "?"]
     pairs = [(_Label(label), target) for label, target in labelled]
     pairs = [(lab, t) for lab, t in pairs if lab.squashed]
     if not q.squashed:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gputui.cli.output import EXIT_BAD_INPUT, CommandError, print_json, run_async
+from gputui.format import short_gpu
 from gputui.i18n import N_, _, cell_len, pad_cells, shown
 
 KIND = {"private": N_("private"), "base": N_("base")}
@@ -64,9 +65,9 @@ def cmd_image_save(args: argparse.Namespace) -> int:
             print_json(img.as_dict())
         else:
             print(_("Image {image} saved ({id}); create from it with `gputui create --provider "
-                    "{provider} --image {quoted}`").format(
+                    "{provider} --gpu {gpu} --image {quoted}`").format(
                 image=img.name or name, id=img.id, provider=inst.provider,
-                quoted=_quote(img.name or img.id)))
+                gpu=_quote(short_gpu(inst.gpu)), quoted=_quote(img.name or img.id)))
         return 0
 
     return run_async(args, body)

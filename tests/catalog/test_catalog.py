@@ -194,6 +194,20 @@ def test_match_card(query: str, card: str):
     assert match_card(query).key == card
 
 
+def test_every_card_as_home_shows_it_is_found_again():
+    """The narrow GPU column's names ('RTX 4090 D CN' for 'GeForce RTX 4090 D (China SKU)')
+    typed back to `--gpu` find that card and no other; the plain card still wins its own
+    short name ('4090' is the RTX 4090)."""
+    from gputui.format import short_gpu
+
+    for key, spec in load_specs().items():
+        assert match_card(short_gpu(spec.name)).key == key, short_gpu(spec.name)
+    assert match_card("RTX 4090 D CN").key == "rtx_4090d"
+    assert match_card("4090").key == "rtx_4090"
+    offer = "GeForce RTX 4090 D (China SKU)"  # a provider's offer, found by its short name
+    assert match_gpu("4090 D CN", [offer, "GeForce RTX 4090"]) == offer
+
+
 def test_ambiguous_name_is_refused_with_the_candidates():
     # "4090" is the plain RTX 4090, not its 4090 D variant (design: `4090` is enough)
     assert match_card("4090").key == "rtx_4090"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -90,8 +92,9 @@ async def test_image_save_polls_to_saved_and_create_takes_its_name(
     listed = json.loads((await gputui(env, "images", "--provider", "autodl", "--json")).stdout)
     assert [r["state"] for r in listed if r["id"] == image_id] == ["done"]
 
-    made = await gputui(env, "create", "--provider", "autodl", "--gpu", "4090D", "--name", "b",
-                        "--image", "qwen-env", "--release-after", "1h")
+    # the command it names, run as printed (the saved box's GPU; the default release timer)
+    [command] = re.findall(r"`(gputui create [^`]+)`", out.stdout)
+    made = await gputui(env, *shlex.split(command)[1:])
     assert made.returncode == 0, made.stderr
     assert emu.bodies[-1]["image_uuid"] == image_id
     made = await gputui(env, "create", "--provider", "autodl", "--gpu", "4090D", "--name", "c",
