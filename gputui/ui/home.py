@@ -133,7 +133,6 @@ class RowTable(DataTable):
             return
         # (row, column, index, column index, swap) of each change
         done: list[tuple[RowKey, ColumnKey, int, int, tuple[str, str] | None]] = []
-        regions = []
         for row_key, column_key, value in changes:
             row = RowKey(row_key) if isinstance(row_key, str) else row_key
             column = ColumnKey(column_key) if isinstance(column_key, str) else column_key
@@ -149,14 +148,27 @@ class RowTable(DataTable):
             self._data[row][column] = value
             index = self.get_row_index(row)
             column_index = self.get_column_index(column)
-            regions.append(self._get_cell_region(Coordinate(index, column_index)))
             done.append((row, column, index, column_index, swap))
         if done:
+            regions = self._cell_regions([(index, column) for _r, _c, index, column, _s in done])
             self._forget_cells(done, regions)
             window, offset = self.window_region, self.scroll_offset
             shown = [r.translate(-offset) for r in regions if window.overlaps(r)]
             if shown:
                 self.refresh(*shown)
+
+    def _cell_regions(self, cells: list[tuple[int, int]]) -> list[Region]:
+        """Where each (row index, column index) cell is in the table, as DataTable's
+        `_get_cell_region` says, with the columns' widths and the rows' heights added up once
+        for all of them (not once a cell)."""
+        xs = [self._row_label_column_width]
+        for column in self.ordered_columns:
+            xs.append(xs[-1] + column.get_render_width(self))
+        rows = self.ordered_rows
+        ys = [self.header_height if self.show_header else 0]
+        for row in rows:
+            ys.append(ys[-1] + row.height)
+        return [Region(xs[c], ys[r], xs[c + 1] - xs[c], rows[r].height) for r, c in cells]
 
     def _forget_cells(self, done: list[tuple[RowKey, ColumnKey, int, int, tuple[str, str] | None]],
                       regions: list[Region]) -> None:

@@ -167,3 +167,23 @@ async def test_a_second_of_countdowns_changed_together_draws_each_row_as_a_fresh
         await pilot.pause()
         assert [styled(table, y) for y in range(len(ROWS) + 1)] == drawn
         assert table.cursor_row == 2
+
+
+async def test_cells_are_found_where_datatable_puts_them():
+    """The batch's cells are repainted where DataTable itself places them (widths of wide
+    characters, a row two lines high, row labels, with or without the header): a place off by
+    one would leave the old countdown on screen."""
+    from textual.coordinate import Coordinate
+
+    app = TableApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(RowTable)
+        table.add_row("delta", Text("2× 4090\nNVLink"), "1m 00s", key="delta", height=2,
+                      label="d")
+        await pilot.pause()
+        cells = [(r, c) for r in range(table.row_count) for c in range(len(table.columns))]
+        for header in (True, False):
+            table.show_header = header
+            await pilot.pause()
+            assert table._cell_regions(cells) == [table._get_cell_region(Coordinate(r, c))
+                                                  for r, c in cells]
