@@ -450,6 +450,9 @@ class GpuTuiApp(App[int]):
     _last_full_collection = 0.0
     #: a full collection waits for this many seconds without a key...
     IDLE_BEFORE_COLLECTING = 1.5
+    #: ...comes at most this often (each walks the whole heap: while the console sits idle,
+    #: every 10 s was a tenth of its work; young objects are collected as usual meanwhile)...
+    COLLECT_AT_MOST_EVERY = 30.0
     #: ...and runs anyway after this many (a renter typing for minutes still gets one)
     COLLECT_AT_LEAST_EVERY = 60.0
 
@@ -457,7 +460,8 @@ class GpuTuiApp(App[int]):
         """Full garbage collections (13-57 ms here with the console's heap) run while no key
         is coming, not in the middle of a screen switch: Python's own full passes are turned
         off (young objects are still collected as usual) and the 1 s tick runs one once the
-        keyboard has been quiet for IDLE_BEFORE_COLLECTING seconds, at most every 10 s."""
+        keyboard has been quiet for IDLE_BEFORE_COLLECTING seconds, at most every
+        COLLECT_AT_MOST_EVERY seconds."""
         first, second, _third = gc.get_threshold()
         gc.set_threshold(first, second, 1_000_000)  # gen-1 passes before a full one: never
         self._collect_when_idle = True
@@ -467,7 +471,7 @@ class GpuTuiApp(App[int]):
         now = time.monotonic()
         since = now - self._last_full_collection
         quiet = now - self._last_key >= self.IDLE_BEFORE_COLLECTING
-        if (quiet and since >= 10.0) or since >= self.COLLECT_AT_LEAST_EVERY:
+        if (quiet and since >= self.COLLECT_AT_MOST_EVERY) or since >= self.COLLECT_AT_LEAST_EVERY:
             gc.collect()
             self._last_full_collection = time.monotonic()
 

@@ -118,21 +118,24 @@ def test_full_collections_wait_for_a_quiet_keyboard(gputui_home: Path, monkeypat
         app.collect_when_idle()
         assert gc.get_threshold()[2] >= 1_000_000  # Python's own full passes: off
         app._last_key = clock[0] - 0.2  # typing
-        clock[0] += 11
+        clock[0] += app.COLLECT_AT_MOST_EVERY + 1
         app._last_key = clock[0] - 0.2
         app._idle_collect()
         assert not full  # a key just came: not now
         clock[0] += 1.6  # quiet
         app._idle_collect()
         assert len(full) == 1
-        clock[0] += 5
+        clock[0] += app.COLLECT_AT_MOST_EVERY - 5
         app._idle_collect()
-        assert len(full) == 1  # at most every 10 s
+        assert len(full) == 1  # at most every COLLECT_AT_MOST_EVERY s
+        clock[0] += 6
+        app._idle_collect()
+        assert len(full) == 2  # quiet, and that long since the last one
         for _ in range(61):  # a minute of typing still gets one
             clock[0] += 1
             app._last_key = clock[0]
             app._idle_collect()
-        assert len(full) == 2
+        assert len(full) == 3
     finally:
         gc.callbacks.remove(count)
         gc.set_threshold(*thresholds)
