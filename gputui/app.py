@@ -421,11 +421,11 @@ class GpuTuiApp(App[int]):
 
     def keeper_note(self) -> str:
         """"deadlines kept by the daemon" while a `gputui daemon` runs on this state (asked
-        every 5 s: an open and a flock)."""
+        every 10 s: an open and a flock; Home asks as often for its own note)."""
         now = time.monotonic()
         if not getattr(self, "_first_frame", False):
             return ""  # asked once the first frame is up (the daemon module waits till then)
-        if now - getattr(self, "_keeper_at", -10.0) >= 5.0:
+        if now - getattr(self, "_keeper_at", -10.0) >= 10.0:
             from gputui.services.daemon import daemon_status
 
             self._keeper_at = now

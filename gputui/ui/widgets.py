@@ -152,13 +152,12 @@ class TopBar(Widget):
     _clock_at = -1  # the cell the clock starts at, as last drawn
 
     def watch_clock(self, old: str, new: str) -> None:
-        """A new second: only the clock's cells are repainted where the line before it is as
-        last drawn and the clock fits (the terminal is sent eight cells, not the whole line);
-        otherwise the whole line."""
-        laid = getattr(self, "_laid", None)
-        if (self._head is not None and laid is not None and laid[0] == self._layout_key()
-                and self._head[0] == (laid[0], self.content_region.width)
-                and len(old) == len(new) and 0 <= self._clock_at
+        """A new second: only the clock's cells are repainted where the line has been drawn,
+        the clock keeps its width and fits (the terminal is sent eight cells, not the whole
+        line); otherwise the whole line. (Whatever else the line shows is a reactive that
+        repaints the whole line when it changes, and a new size repaints it too: the clock's
+        cells alone are never all that is asked for when more has changed.)"""
+        if (self._head is not None and len(old) == len(new) and 0 <= self._clock_at
                 and self._clock_at + len(new) <= self.content_region.width):
             self.refresh(Region(self._clock_at, 0, len(new), 1))
         else:
