@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gputui.errors import GputuiError
 from gputui.format import end_reason_word
@@ -48,8 +49,7 @@ if TYPE_CHECKING:
     from gputui.services.costs import BudgetAlert, BudgetWatch
 
 WARN_MINUTES = (10, 1)
-
-
+_T = TypeVar("_T")
 SWEEP_EVERY_S = 300.0  # the console looks for strays this often; `gputui reap` every run
 WALLET_EVERY_S = 600.0  # with notifications on: each provider's wallet is read this often
 SETTLE_EVERY_S = 5.0  # a record left mid-create is asked of its provider this often
@@ -83,9 +83,8 @@ class LeaseService(LeaseArmer):
         self._wallets_looked = float("-inf")  # when notifications were last looked at
         self._settle_at: dict[str, float] = {}  # a record left mid-create: next look
         self._tick_errors: dict[str, str] = {}  # instance id -> its last unforeseen error
-        # the store's stamp and what `_books` read under it
-        self._books_stamp: tuple[int, int] | None = None
-        self._books_read: tuple[dict[str, Lease], list[Instance]] | None = None
+        # what `_as_of` read, by what for, with the store's stamp it was read under
+        self._kept: dict[str, tuple[tuple[int, int] | None, Any]] = {}
         self.store = services.store
         self.warn_minutes = tuple(sorted(warn_minutes, reverse=True))
 
@@ -155,7 +154,8 @@ class LeaseService(LeaseArmer):
         other instance is still released on time."""
         now = as_utc(now or utcnow())
         result = ReapResult([], [], [])
-        leases, live = await self._books()
+        stamp = self.store.version_now()  # taken before reading: a change meanwhile moves it
+        leases, live = await self._books(stamp)
         from gputui.services.jobs import when_done_ids
 
         records = when_done_ids(self.services)  # who has a queue's when-done (one listing)
@@ -182,32 +182,37 @@ class LeaseService(LeaseArmer):
             result.released += await self.services.sweep_strays()
         return result
 
-    async def _books(self) -> tuple[dict[str, Lease], list[Instance]]:
-        """The leases and the live instances, as of now. Read again only when anything was
-        committed to the store since the last read (here, or by another process): the clock
-        ticks every second and its deadlines are compared with the time on every tick, but its
-        two reads (each through a worker thread) are skipped while nothing changed."""
-        stamp = self.store.version_now()  # taken before reading: a change meanwhile moves it
-        if stamp is None or stamp != self._books_stamp or self._books_read is None:
+    async def _as_of(self, key: str, stamp: tuple[int, int] | None,
+                     read: Callable[[], Awaitable[_T]]) -> _T:
+        """What `read()` gave, read again only when anything was committed to the store since
+        (here, or by another process: the store's `stamp`, taken before reading, moved) — and
+        every time where the stamp cannot be had. The clock ticks every second and compares
+        its deadlines and caps with the time on every tick; its reads (each through a worker
+        thread) are skipped while nothing changed."""
+        kept = self._kept.get(key)
+        if stamp is None or kept is None or kept[0] != stamp:
+            kept = (stamp, await read())
+            self._kept[key] = kept
+        return kept[1]
+
+    async def _books(self, stamp: tuple[int, int] | None) -> tuple[dict[str, Lease], list[Instance]]:
+        """The leases and the live instances, as of `stamp`."""
+        async def read() -> tuple[dict[str, Lease], list[Instance]]:
             leases = {le.instance_id: le for le in await self.store.leases()}
-            live = await self.store.instances(live_only=True)
-            self._books_stamp, self._books_read = stamp, (leases, live)
-        leases, live = self._books_read
+            return leases, await self.store.instances(live_only=True)
+
+        leases, live = await self._as_of("books", stamp, read)
         return dict(leases), list(live)
 
     async def _budget_books(self) -> tuple[list[Instance], list[LedgerEntry]]:
-        """Every instance and the whole ledger, for the budgets: read again only when anything
-        was committed to the store since the last read (as `_books`) — the caps are checked
-        against the time every second, but a long ledger is not read every second."""
-        stamp = self.store.version_now()
-        if stamp is None or stamp != self._budget_stamp or self._budget_read is None:
-            read = (await self.store.instances(), await self.store.ledger())
-            self._budget_stamp, self._budget_read = stamp, read
-        instances, ledger = self._budget_read
-        return list(instances), list(ledger)
+        """Every instance and the whole ledger, for the budgets (a long ledger is not read every
+        second). The stamp is the store's as the budgets are looked at, after this tick's own
+        commits (a deadline warning, a release)."""
+        async def read() -> tuple[list[Instance], list[LedgerEntry]]:
+            return await self.store.instances(), await self.store.ledger()
 
-    _budget_stamp: tuple[int, int] | None = None
-    _budget_read: tuple[list[Instance], list[LedgerEntry]] | None = None
+        instances, ledger = await self._as_of("budgets", self.store.version_now(), read)
+        return list(instances), list(ledger)
 
     def _watch_queues(self, live: list[Instance], records: set[str]) -> None:
         """Where this process keeps a queue watch (the console, the daemon): the queues nothing
