@@ -25,7 +25,7 @@ def test_create_and_run_say_the_price_and_the_release_time(gputui_home: Path):
         assert re.search(r"released at \d\d:\d\d \(in 1h 5\dm\)", line), line
     else:
         assert f"released at {due:%Y-%m-%d} " in line, line
-    assert "`gputui extend soon --by 1h`" in line
+    assert "`gputui extend soon 1h`" in line
 
     later = gputui(gputui_home, "create", "--provider", "sandbox", "--gpu", "RTX 4090",
                    "--name", "later", "--release-after", "30h")
