@@ -77,6 +77,10 @@ def _rate_text(inst: Instance) -> str:
     return _("{price} disk").format(price=format_money(disk, inst.billing.currency))
 
 
+#: Home reads the when-done records again every this many seconds (another process may write
+#: them: nothing else says so)
+WHEN_DONE_EVERY = 5
+
 #: cached cell renders kept at most: entries of older update counts are never read again
 CELL_RENDERS_KEPT = 500
 
@@ -452,6 +456,22 @@ class HomeScreen(BaseScreen):
             **cells,
         }
 
+    def _recheck_when_done(self, table: DataTable) -> None:
+        """A when-done set, changed or carried out by another gputui process (`gputui jobs NAME
+        when-done` in a shell, the daemon) writes its record, not the state database: nothing
+        tells this console. The records are read again every few seconds and the rows follow
+        ("at queue end" beside the timer, "held" in the Queue column)."""
+        from gputui.services.jobs import held_now, when_done_label
+
+        services = self.gapp.services
+        when = {i: when_done_label(services, i, short=True) for i in self._instances}
+        held = {i: held_now(services, i) for i in self._instances}
+        if when == self._when_done and held == self._held:
+            return
+        self._when_done, self._held = when, held
+        for iid in self._instances:  # (the release cells follow in this tick's batch)
+            self._update(table, iid, {"queue": self._queue_cell(iid)})
+
     def _queue_cell(self, instance_id: str) -> str:
         from gputui.services.queuewatch import queue_cell
 
@@ -608,6 +628,8 @@ class HomeScreen(BaseScreen):
         self._ticks = getattr(self, "_ticks", 0) + 1
         if self._ticks % 10 == 0:  # a daemon started or stopped meanwhile
             self.check_keeper()
+        if self._ticks % WHEN_DONE_EVERY == 0 and self._instances:
+            self._recheck_when_done(table)
         now = self.gapp.now()
         batch: list[tuple[RowKey | str, ColumnKey | str, object]] = []
         for inst in self._instances.values():

@@ -229,3 +229,24 @@ async def test_queue_column_fits_at_80_columns_beside_the_cost(gputui_home: Path
         assert cell(app, "a1", "queue") == "3/5 ✓2 ✗1"
         assert cell(app, "a3", "queue") == ("held" if lang == "en" else "暂缓")
         assert cell(app, "a2", "queue") == ("done" if lang == "en" else "已完成")
+
+
+async def test_a_when_done_set_in_a_shell_shows_on_home(services: Services):
+    """`gputui jobs NAME when-done release` run in a shell writes the record, not the database:
+    Home still says "at queue end" beside the timer within seconds, and drops it once the
+    record goes."""
+    from gputui.services.jobs import WhenDone, _policy_path, save_when_done
+
+    inst = await rent(services, "box")
+    app = GpuTuiApp(store=services.store, services=services, remember_theme=False,
+                    background=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await shown(pilot, HomeScreen)
+        await until(pilot, lambda: cell(app, inst.id, "release") != "", "the row")
+        assert "queue end" not in cell(app, inst.id, "release")
+        save_when_done(services, inst.id, WhenDone(policy="release"))  # (no event: a shell's)
+        await until(pilot, lambda: "at queue end" in cell(app, inst.id, "release"),
+                    "at queue end on Home", timeout=15)
+        _policy_path(services, inst.id).unlink()
+        await until(pilot, lambda: "queue end" not in cell(app, inst.id, "release"),
+                    "the note gone", timeout=15)
