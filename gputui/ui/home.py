@@ -375,15 +375,7 @@ class HomeScreen(BaseScreen):
         before = getattr(self, "_instances", {})
         self._instances = {i.id: i for i in store.instances_sync(live_only=True)}
         self._leases = {lease.instance_id: lease for lease in store.leases_sync()}
-        self._when_done: dict[str, str | None] = {}
-        self._held = {}
-        if self._instances:  # (no instance, no import of the jobs module before the first frame)
-            from gputui.services.jobs import held_now, when_done_label
-
-            # "at queue end" beside the timer; `held` in the Queue column
-            self._when_done = {i: when_done_label(self.gapp.services, i, short=True)
-                               for i in self._instances}
-            self._held = {i: held_now(self.gapp.services, i) for i in self._instances}
+        self._when_done, self._held = self._when_done_now()
         table = self.query_one(DataTable)
         removed = False
         for key in [k.value for k in list(table.rows)]:
@@ -456,16 +448,23 @@ class HomeScreen(BaseScreen):
             **cells,
         }
 
+    def _when_done_now(self) -> tuple[dict[str, str | None], dict[str, bool]]:
+        """Each instance's when-done as read now: "at queue end" beside the timer, and whether
+        its release is held (the Queue column says so)."""
+        if not self._instances:  # (no instance, no import of the jobs module before the first frame)
+            return {}, {}
+        from gputui.services.jobs import held_now, when_done_label
+
+        services = self.gapp.services
+        return ({i: when_done_label(services, i, short=True) for i in self._instances},
+                {i: held_now(services, i) for i in self._instances})
+
     def _recheck_when_done(self, table: DataTable) -> None:
         """A when-done set, changed or carried out by another gputui process (`gputui jobs NAME
         when-done` in a shell, the daemon) writes its record, not the state database: nothing
         tells this console. The records are read again every few seconds and the rows follow
         ("at queue end" beside the timer, "held" in the Queue column)."""
-        from gputui.services.jobs import held_now, when_done_label
-
-        services = self.gapp.services
-        when = {i: when_done_label(services, i, short=True) for i in self._instances}
-        held = {i: held_now(services, i) for i in self._instances}
+        when, held = self._when_done_now()
         if when == self._when_done and held == self._held:
             return
         self._when_done, self._held = when, held
