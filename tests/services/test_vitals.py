@@ -223,3 +223,40 @@ def test_a_disk_nearly_full_warns_and_names_it():
     full = [DiskUse(mount="/", size_kib=100, used_kib=99, avail_kib=1)]
     assert evaluate_host_hints(HostSample(disks=full), [], [], {}, 0.0, RULES)[0].severity \
         == "error"
+
+
+def _awks() -> list[str]:
+    """Every awk on this machine, once each (`awk` is often a link to one of the others)."""
+    import os
+    import shutil
+
+    found: dict[str, str] = {}
+    for name in ("awk", "mawk", "gawk", "nawk", "original-awk", "busybox"):
+        path = shutil.which(name)
+        if path:
+            found.setdefault(os.path.realpath(path), f"{path} awk" if name == "busybox" else path)
+    return list(found.values()) or ["awk"]
+
+
+@pytest.mark.parametrize("awk", _awks())
+def test_a_cgroup_v2_cpu_counter_reads_exact_with_every_awk(tmp_path, awk):
+    """A container's cpu.stat counts microseconds (days of CPU on a busy box). mawk, the awk of
+    Debian and Ubuntu images, prints a product over 2^31 as 1.23457e+14: the counter must reach
+    the parser digit for digit, or the container's CPU % moves in steps of whole seconds."""
+    from gputui.services.telemetry.vitals import _AWK, _fields
+
+    (tmp_path / "cpu.max").write_text("400000 100000\n")
+    (tmp_path / "cpu.stat").write_text("usage_usec 123456789012\nuser_usec 100000000000\n"
+                                       "system_usec 23456789012\n")
+    out = subprocess.run([*awk.split(), _AWK, "/proc/uptime", str(tmp_path / "cpu.max"),
+                          str(tmp_path / "cpu.stat")], capture_output=True, text=True,
+                         check=True).stdout
+    fields = _fields(out.strip())
+    assert fields["cu"] == "123456789012000"
+    assert (fields["cq"], fields["cp"]) == ("400000", "100000")
+    parser = VitalsParser()
+    assert parser.feed(out) is not None
+    (tmp_path / "cpu.stat").write_text("usage_usec 123458789012\n")  # 2 s of CPU later
+    later = _fields(subprocess.run([*awk.split(), _AWK, str(tmp_path / "cpu.stat")],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+    assert int(later["cu"]) - int(fields["cu"]) == 2_000_000_000

@@ -66,7 +66,8 @@ FILENAME == "/proc/net/dev" {
 b == "cpu.max" { cq = $1; cp = $2; next }
 b == "cpu.cfs_quota_us" { cq = $1; next }
 b == "cpu.cfs_period_us" { cp = $1; next }
-b == "cpu.stat" { if ($1 == "usage_usec") cu = $2 * 1000; next }
+# usage_usec in ns, as text: mawk prints a product over 2^31 as 1.23457e+14, six digits
+b == "cpu.stat" { if ($1 == "usage_usec") cu = $2 "000"; next }
 b == "cpuacct.usage" { cu = $1; next }
 b == "cpuset.cpus.effective" || b == "cpuset.effective_cpus" { cs = $1; next }
 b == "memory.max" || b == "memory.limit_in_bytes" { ml = $1; next }
