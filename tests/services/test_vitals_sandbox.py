@@ -55,7 +55,8 @@ def host(services: Services, iid: str) -> HostSample | None:
 
 async def test_cpu_bound_work_beside_an_idle_gpu_gives_the_data_loading_hint(
         services: Services):
-    rules = HintRules(bucket_s=0.2, input_s=2.0)
+    # saturated from 50 %: the burners get the cores this machine spares them (CI runs beside)
+    rules = HintRules(bucket_s=0.2, input_s=2.0, input_cpu_pct=50.0)
     telemetry = make_telemetry(services, rules=rules)
     burners: list[int] = []
     try:
@@ -77,8 +78,9 @@ async def test_cpu_bound_work_beside_an_idle_gpu_gives_the_data_loading_hint(
         assert len(pids) == 1
         await asyncio.sleep(1.5)
         assert reader_pids(root) == pids
-        assert "input-bound" not in {h.code for h in services.store.telemetry(inst.id).hints} \
-            or (first.cpu_pct or 0) >= 90  # a busy shared machine may already be saturated
+        # the instance's own CPU, not this machine's (busy or not): no hint while it idles
+        assert first.cpu_limited and (first.cpu_pct or 0) < 30
+        assert "input-bound" not in {h.code for h in services.store.telemetry(inst.id).hints}
         # CPU-bound work on the instance, one busy loop per core it has; the GPU stays idle
         cores = int(first.cpu_cores or 1)
         out = await services.run(
@@ -93,7 +95,7 @@ async def test_cpu_bound_work_beside_an_idle_gpu_gives_the_data_loading_hint(
         assert "data loading is the bottleneck" in text and "DataLoader workers" in text
         latest = services.store.telemetry(inst.id).latest()
         assert latest and all((s.utilization_gpu or 0) < 30 for s in latest)
-        assert (host(services, inst.id).cpu_pct or 0) >= 80
+        assert (host(services, inst.id).cpu_pct or 0) >= 50
         # still one reader
         assert reader_pids(root) == pids
     finally:

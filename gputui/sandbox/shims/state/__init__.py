@@ -8,13 +8,16 @@ Layout of an instance folder ``root`` (it is also the instance's cwd and HOME)::
 
     root/
       bin/                      shims, first on PATH (see SHIMS / install_shims)
-        nvidia-smi gpu-load shutdown poweroff df
+        nvidia-smi gpu-load shutdown poweroff df ollama
+        awk                     sh only: the instance's CPU cgroup in place of the machine's
       .sandbox/
         instance.json           the hardware: GPUs, driver, CUDA (written once)
         disk.json               the rented disk size {"disk_gb": 50.0} (`df` reports it)
         power.json              a scheduled or past power-off (absent: running)
         procs/<pid>.json        one file per live GPU process (gpu-load, later ollama)
         lock                    flock'd while checking free memory + registering
+        cgroup/cpu.max          the cores it may use; cgroup/cpu.stat its processes' CPU,
+        cgroup/acct             counted at each read by bin/awk (see shims.cgroup)
 
 instance.json::
 

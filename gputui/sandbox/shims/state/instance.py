@@ -23,6 +23,7 @@ from .paths import (
     _write_json,
     instance_file,
     procs_dir,
+    state_dir,
 )
 from .profiles import (
     _bus_id,
@@ -129,6 +130,18 @@ def install_shims(root: Path, *, python: str = sys.executable) -> list[Path]:
         )
         tmp = path.with_name(f".{command}.tmp")
         tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o755)
+        os.replace(tmp, path)
+        written.append(path)
+    # `awk` reading the machine's CPU cgroup gets the instance's own (see ..cgroup)
+    from ..cgroup import machine_cores, real_awk, shim_text, write_cpu_max
+
+    awk = real_awk(bin_dir)
+    if awk is not None:
+        write_cpu_max(state_dir(root), machine_cores())
+        path = bin_dir / "awk"
+        tmp = path.with_name(".awk.tmp")
+        tmp.write_text(shim_text(root, state_dir(root), awk, ROOT_ENV), encoding="utf-8")
         tmp.chmod(0o755)
         os.replace(tmp, path)
         written.append(path)
