@@ -80,37 +80,46 @@ def _retries(text: str) -> int:
 
 
 class FormDialog(ModalScreen[dict[str, str] | None]):
-    """A few text fields; Enter in the last one submits, Escape cancels."""
+    """A few text fields, one line each so the whole form fits 80×24; Enter in any of them
+    submits (the fields after the first are optional or filled in), Tab moves between them,
+    Escape cancels. A line at the bottom says so."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", N_("Cancel"))]
     DEFAULT_CSS = """
     FormDialog { align: center middle; }
     FormDialog > VerticalScroll {
-        width: 70; max-width: 100%; height: auto; border: round $primary;
+        width: 70; max-width: 100%; height: auto; max-height: 100%; border: round $primary;
         background: $surface; padding: 0 1;
     }
-    FormDialog #form-error { color: $error; height: auto; }
-    FormDialog .form-note { color: $text-muted; height: auto; }
+    FormDialog Input { margin-bottom: 1; }
+    FormDialog .form-label { height: auto; }
+    FormDialog .form-note { color: $text-muted; height: auto; margin-top: -1; margin-bottom: 1; }
+    FormDialog #form-keys { color: $text-muted; height: auto; }
     """
 
     def __init__(self, title: str, fields: list[tuple[str, str, str]], *,
-                 values: dict[str, str] | None = None, local_fields: tuple[str, ...] = ()) -> None:
+                 submit: str, values: dict[str, str] | None = None,
+                 local_fields: tuple[str, ...] = ()) -> None:
+        """`submit`: what Enter does, in a word or two (translated or marked with N_())."""
         super().__init__()
         self.title_text = title
         self.fields = fields  # (key, label, placeholder)
         self.values = values or {}  # key -> the text the field starts with (editable)
         self.local_fields = local_fields  # local paths: the absolute path is shown under them
+        self.submit = submit
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(self.title_text)
             for key, label, hint in self.fields:
-                yield Static(label)
-                yield Input(self.values.get(key, ""), placeholder=hint, id=f"f-{key}")
+                yield Static(label, classes="form-label")
+                yield Input(self.values.get(key, ""), placeholder=hint, id=f"f-{key}",
+                            compact=True)
                 if key in self.local_fields:
                     yield Static(_destination(self.values.get(key, "")), id=f"n-{key}",
                                  classes="form-note")
-            yield Static("", id="form-error")
+            yield Static(_("enter: {submit} · tab: next field · esc: cancel").format(
+                submit=_(self.submit)), id="form-keys")
 
     @on(Input.Changed)
     def changed(self, event: Input.Changed) -> None:
@@ -123,10 +132,6 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
 
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
-        inputs = list(self.query(Input))
-        if event.input is not inputs[-1]:
-            inputs[inputs.index(event.input) + 1].focus()
-            return
         self.dismiss({key: self.query_one(f"#f-{key}", Input).value.strip()
                       for key, _l, _h in self.fields})
 
@@ -451,13 +456,13 @@ class JobsScreen(BaseScreen):
         project = last_push(self.gapp.services, inst.id)
         self.app.push_screen(FormDialog(
             _("[b]Queue a run on {name}[/b]").format(name=escape(inst.name)),
-            [("gpus", _("GPUs (e.g. 0,1; empty: all)"), _("all")),
+            [("command", _("Command"), "python train.py --lr 3e-4"),
+             ("gpus", _("GPUs (e.g. 0,1; empty: all)"), _("all")),
              ("name", _("Label (for the ledger)"), _("optional")),
              ("cwd", _("Working folder on the instance (empty: its home; the pushed project "
                        "when there is one)"), _("home folder")),
-             ("retries", _("Retries if it fails (0-100)"), "0"),
-             ("command", _("Command"), "python train.py --lr 3e-4")],
-            values={"cwd": project or "", "retries": "0"}),
+             ("retries", _("Retries if it fails (0-100)"), "0")],
+            values={"cwd": project or "", "retries": "0"}, submit=N_("queue it")),
             on_answer(lambda form: self.add(inst, form)))
 
     @work(group="jobs-act", exit_on_error=False)
@@ -531,7 +536,7 @@ class JobsScreen(BaseScreen):
             [("remote", _("On the instance (inside its home)"), "results"),
              ("local", _("To this folder here"), local_path("results"))],
             values={"remote": "results", "local": local_path("results")},
-            local_fields=("local",)),
+            local_fields=("local",), submit=N_("pull")),
             on_answer(lambda form: self.pull(inst, *_paths(form))))
 
     @work(group="jobs-act", exit_on_error=False)
@@ -558,7 +563,7 @@ class JobsScreen(BaseScreen):
              ("remote", _("Pull this home first (empty: nothing)"), "results"),
              ("local", _("to this folder here"), local_path("results"))],
             values={"policy": "release", "local": local_path("results")},
-            local_fields=("local",)),
+            local_fields=("local",), submit=N_("set it")),
             on_answer(lambda form: self.when_done(
                 inst, form, _paths(form) if form.get("remote") else None)))
 

@@ -14,6 +14,7 @@ from gputui.providers.base import CreateRequest
 from gputui.services.hub import Services
 from gputui.services.jobs import JobService, JobSpec
 from gputui.ui.jobs import JobsScreen
+from tests.ui.waits import on_screen
 
 
 async def rent(svc: Services):
@@ -74,11 +75,18 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         await until(pilot, lambda: table.row_count == 3, "a retry queued")
 
         # add a run with a form
+        # (the command first, focused; the optional fields after it; Enter queues it; the
+        # whole form and its keys line inside 80×24)
         await pilot.press("a")
         await until(pilot, lambda: bool(app.screen.query(Input)), "the add form")
-        for text in ("0", "added", "", "0", "mkdir -p res && echo 42 > res/a.txt && echo added run"):
-            app.screen.focused.value = text  # type: ignore[union-attr]
-            await pilot.press("enter")
+        form = app.screen
+        assert form.focused is form.query_one("#f-command", Input)
+        assert on_screen(form.query_one("#f-retries", Input))
+        keys = form.query_one("#form-keys", Static)
+        assert on_screen(keys) and "enter: queue it" in str(keys.render())
+        form.query_one("#f-gpus", Input).value = "0"
+        form.query_one("#f-name", Input).value = "added"
+        await pilot.press(*"mkdir -p res && echo 42 > res/a.txt && echo added run", "enter")
         await until(pilot, lambda: table.row_count == 4 and cell(table, "4", "status")
                     == "succeeded", "the added run done")
         assert cell(table, "4", "name") == "added"
@@ -86,9 +94,9 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         # pull its result home (p)
         await pilot.press("p")
         await until(pilot, lambda: bool(app.screen.query(Input)), "the pull form")
-        for text in ("res", str(tmp_path / "got")):
-            app.screen.focused.value = text  # type: ignore[union-attr]
-            await pilot.press("enter")
+        app.screen.query_one("#f-remote", Input).value = "res"
+        app.screen.query_one("#f-local", Input).value = str(tmp_path / "got")
+        await pilot.press("enter")
         await until(pilot, lambda: (tmp_path / "got" / "a.txt").exists(), "the result pulled")
         assert (tmp_path / "got" / "a.txt").read_text() == "42\n"
 
@@ -98,9 +106,8 @@ async def test_jobs_screen_queue_log_and_keys(services: Services, tmp_path):
         await until(pilot, lambda: table.row_count == 5, "the long run listed")
         await pilot.press("w")
         await until(pilot, lambda: bool(app.screen.query(Input)), "the when-done form")
-        for text in ("release", "", ""):
-            app.screen.focused.value = text  # type: ignore[union-attr]
-            await pilot.press("enter")
+        app.screen.query_one("#f-remote", Input).value = ""  # nothing to pull
+        await pilot.press("enter")  # release, as filled in
         await until(pilot, lambda: "release when the queue ends" in
                     str(screen.query_one("#jobs-head", Static).render()), "the policy shown")
         # ...and Home shows it beside the timer

@@ -127,6 +127,32 @@ def test_zh_jobs_snapshot(snap_compare, gputui_home: Path, utc_clock, zh,
                         run_before=_on_jobs)
 
 
+async def _on_add_form(pilot) -> None:
+    """The Jobs screen's `a`: the form to queue a run, whole at 80×24 with its keys line."""
+    from gputui.ui.jobs import FormDialog, JobsScreen
+
+    await pilot.press("j")
+    await until(pilot, lambda: isinstance(pilot.app.screen, JobsScreen), "Jobs")
+    table = pilot.app.screen.query_one(DataTable)
+    await until(pilot, lambda: table.row_count == 5, "the queue")
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(pilot.app.screen, FormDialog)
+                and bool(pilot.app.screen.query("#form-keys")), "the add form")
+    await pilot.pause()
+
+
+def test_add_run_form_snapshot(snap_compare, gputui_home: Path, utc_clock,
+                               monkeypatch: pytest.MonkeyPatch):
+    assert snap_compare(_jobs_app(gputui_home, monkeypatch), terminal_size=SIZE,
+                        run_before=_on_add_form)
+
+
+def test_zh_add_run_form_snapshot(snap_compare, gputui_home: Path, utc_clock, zh,
+                                  monkeypatch: pytest.MonkeyPatch):
+    assert snap_compare(_jobs_app(gputui_home, monkeypatch), terminal_size=SIZE,
+                        run_before=_on_add_form)
+
+
 async def test_zh_jobs_columns_and_states(gputui_home: Path, utc_clock, zh,
                                           monkeypatch: pytest.MonkeyPatch):
     app = _jobs_app(gputui_home, monkeypatch)
