@@ -109,10 +109,19 @@ def test_an_idle_instance_on_a_busy_machine_reads_idle_and_its_own_work_reads_bu
     after = readings(inst, ticks=3)
     assert int(stat.read_text().split()[1]) >= before
     assert max(s.cpu_pct for s in after) < 30
-    # any other awk is the machine's, untouched
-    plain = subprocess.run(["awk", "{ print NR \": \" $0 }", "/proc/loadavg"],
-                           env=instance_env(inst), cwd=inst, capture_output=True, text=True)
-    assert plain.returncode == 0 and plain.stdout.startswith("1: ")
+    # any other awk is the machine's, untouched, even one reading another cgroup file
+    others = [f for f in ("/proc/loadavg", "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/pids.max")
+              if os.access(f, os.R_OK)]
+    for path in others:
+        mine = subprocess.run(["awk", "{ print FILENAME \": \" $0 }", path],
+                              env=instance_env(inst), cwd=inst, capture_output=True, text=True)
+        machine = subprocess.run(["awk", "{ print FILENAME \": \" $0 }", path],
+                                 capture_output=True, text=True)
+        # the same file and lines read (/proc/loadavg's figures move between the two reads)
+        assert mine.returncode == 0, mine.stderr
+        assert [line.split(": ")[0] for line in mine.stdout.splitlines()] == \
+            [line.split(": ")[0] for line in machine.stdout.splitlines()], path
 
 
 # --------------------------------------------------------------------------------------------

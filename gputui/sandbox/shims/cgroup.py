@@ -23,8 +23,8 @@ waited for it). The simulation's own `nvidia-smi` and `df` (Python here, next to
 real box) are left out. Processes that start and end between two reads and whose parent is outside the
 instance are missed: a second's worth at most, where the reader reads every second.
 
-Only ``awk`` reads these: the ``bin/awk`` wrapper (`shim_text`) sees an awk given files under
-``/sys/fs/cgroup/`` (as the vitals reader gives it), counts the instance's CPU (one ``grep`` over
+Only ``awk`` reads these: the ``bin/awk`` wrapper (`shim_text`) sees an awk given the machine's
+CPU cgroup files (as the vitals reader gives it), counts the instance's CPU (one ``grep`` over
 ``/proc/*/environ``, one awk reading the instance's ``/proc/PID/stat``), and passes the
 instance's ``cpu.max`` and ``cpu.stat`` in place of the machine's CPU files (v1 or v2). Every
 other awk runs untouched. This module is stdlib only: the platform imports it to install the
@@ -147,17 +147,19 @@ def shim_text(root: Path, state: Path, awk: str, root_env: str) -> str:
         f"R={q(str(root))}\n"
         f"C={q(str(cg))}\n"
         '[ -r "$C/cpu.max" ] || exec "$A" "$@"\n'
+        # the machine's CPU files out; nothing else changes for an awk that reads none
+        "n=$# m=\n"
+        "for a do\n"
+        f'  case $a in {machine}) m=1 ;; *) set -- "$@" "$a" ;; esac\n'
+        "done\n"
+        "shift $n\n"
+        '[ -n "$m" ] || exec "$A" "$@"\n'
         f'grep -lzxF "{root_env}=$R" /proc/[0-9]*/environ 2>/dev/null |'
         f' "$A" -v state="$C/acct" -v stat="$C/cpu.stat" -v tag=$$ -v hz={USER_HZ}'
         f" {q(ACCOUNTANT)} 2>/dev/null &&\n"
         '  mv -f "$C/acct.$$.new" "$C/acct" 2>/dev/null &&\n'
         '  mv -f "$C/cpu.stat.$$.new" "$C/cpu.stat" 2>/dev/null ||\n'
         '  rm -f "$C/acct.$$.new" "$C/cpu.stat.$$.new" 2>/dev/null\n'
-        "n=$#\n"
-        "for a do\n"
-        f'  case $a in {machine}) ;; *) set -- "$@" "$a" ;; esac\n'
-        "done\n"
-        "shift $n\n"
         '[ -r "$C/cpu.stat" ] && set -- "$@" "$C/cpu.stat"\n'
         'exec "$A" "$@" "$C/cpu.max"\n'
     )
