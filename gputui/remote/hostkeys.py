@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import asyncssh
@@ -149,20 +149,44 @@ class KnownHosts:
             if self.path.stat().st_mode & 0o077:
                 os.chmod(self.path, 0o600)
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The file to ourselves: the console, the daemon and commands add and forget keys at
+        the same moments (a release forgets its host while another process connects)."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # the lock goes with it
+
     def add(self, host: str, port: int, key: asyncssh.SSHKey) -> None:
-        """Trust `key` for host:port (appended; one write, so concurrent appends do not mix)."""
-        self._ensure_file()
+        """Trust `key` for host:port (appended in one write, under the file's lock)."""
         data = key.export_public_key("openssh").decode("ascii").split()
         line = f"{host_pattern(host, port)} {data[0]} {data[1]}\n"
         self._parsed = None
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, line.encode("ascii"))
-        finally:
-            os.close(fd)
+        with self._locked():
+            self._ensure_file()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line.encode("ascii"))
+            finally:
+                os.close(fd)
 
     def forget(self, host: str, port: int = DEFAULT_PORT) -> int:
-        """Remove the entries written for exactly host:port; returns how many were removed."""
+        """Remove the entries written for exactly host:port; returns how many were removed.
+        Read, filtered and replaced under the file's lock: a key another process adds
+        meanwhile is kept, and two forgetting at once do not take each other's file."""
+        if not self.path.exists():
+            return 0
+        with self._locked():
+            return self._forget(host, port)
+
+    def _forget(self, host: str, port: int) -> int:
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
         except FileNotFoundError:
@@ -177,7 +201,7 @@ class KnownHosts:
                 continue
             keep.append(line)
         if removed:
-            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.writelines(keep)

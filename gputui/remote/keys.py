@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import asyncssh
@@ -13,7 +14,7 @@ __all__ = ["ensure_host_key", "ensure_keypair", "write_private"]
 def write_private(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically, mode 0600 (its folder 0700 when made here)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)

@@ -280,6 +280,38 @@ def test_known_hosts_edited_by_another_hand_is_read_again(tmp_path: Path) -> Non
     assert mine.host_keys("h", 2200) == []
 
 
+def _add_and_forget(path: str, who: int, rounds: int, line: str) -> None:
+    """One process's part: trust a host, forget the one before it, `rounds` times."""
+    kh = KnownHosts(Path(path))
+    key = asyncssh.import_public_key(line)
+    for i in range(rounds):
+        kh.add(f"h{who}", 2000 + i, key)
+        if i:
+            kh.forget(f"h{who}", 2000 + i - 1)
+
+
+def test_known_hosts_added_and_forgotten_by_processes_at_once(tmp_path: Path) -> None:
+    """The console, the daemon and commands add and forget keys at the same moments (a
+    release forgets its host while another instance is being reached). None of them fails,
+    and no key one adds is lost to another's rewrite of the file (a lost key would ask the
+    renter about a host gputui had already trusted)."""
+    import multiprocessing
+
+    path = tmp_path / "known_hosts"
+    line = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode()
+    ctx = multiprocessing.get_context("fork")
+    workers = [ctx.Process(target=_add_and_forget, args=(str(path), who, 150, line))
+               for who in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert [w.exitcode for w in workers] == [0, 0, 0, 0]  # no FileNotFoundError on the way
+    left = sorted(ln.split()[0] for ln in path.read_text().splitlines())
+    assert left == sorted(f"[h{who}]:2149" for who in range(4))
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_key_pair_replaced_on_disk_is_read_again(tmp_path: Path) -> None:
     """A key pair asked for again is read from disk again only when its files changed: a key
     replaced (or removed) meanwhile is the one used."""
