@@ -128,7 +128,7 @@ def install_shims(root: Path, *, python: str = sys.executable) -> list[Path]:
             f"exec {shlex.quote(str(python))} {'-S ' if module in SITE_FREE else ''}"
             f'-m {PACKAGE}.{module} "$@"\n'
         )
-        tmp = path.with_name(f".{command}.tmp")
+        tmp = path.with_name(f".{command}.{os.getpid()}.tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.chmod(0o755)
         os.replace(tmp, path)
@@ -140,7 +140,7 @@ def install_shims(root: Path, *, python: str = sys.executable) -> list[Path]:
     if awk is not None:
         write_cpu_max(state_dir(root), machine_cores())
         path = bin_dir / "awk"
-        tmp = path.with_name(".awk.tmp")
+        tmp = path.with_name(f".awk.{os.getpid()}.tmp")
         tmp.write_text(shim_text(root, state_dir(root), awk, ROOT_ENV), encoding="utf-8")
         tmp.chmod(0o755)
         os.replace(tmp, path)
