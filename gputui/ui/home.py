@@ -559,7 +559,10 @@ class HomeScreen(BaseScreen):
             self._show_said()
 
     def _show_said(self) -> None:
-        note = self.query_one("#ended", Static)
+        notes = self.query("#ended")
+        if not notes:  # the screen being taken down
+            return
+        note = notes.first(Static)
         lines = list(self._said.values())[-2:]  # the newest two: the table keeps its rows
         note.update(Text("\n".join(lines)))
         note.display = bool(lines)
@@ -601,7 +604,10 @@ class HomeScreen(BaseScreen):
         billing) and neither a daemon nor a cron line is known, say so."""
         from gputui.services.daemon import deadline_keeper, needs_layer3
 
-        note = self.query_one("#keeper", Static)
+        notes = self.query("#keeper")
+        if not notes:  # the screen being taken down (the app closing): its second came late
+            return
+        note = notes.first(Static)
         names = needs_layer3(self.gapp.services, list(self._instances.values()))
         if not names or deadline_keeper(self.gapp.services.state_dir) is not None:
             note.display = False

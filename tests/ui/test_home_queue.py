@@ -250,3 +250,21 @@ async def test_a_when_done_set_in_a_shell_shows_on_home(services: Services):
         _policy_path(services, inst.id).unlink()
         await until(pilot, lambda: "queue end" not in cell(app, inst.id, "release"),
                     "the note gone", timeout=15)
+
+
+async def test_a_second_that_comes_while_home_is_taken_down_is_let_go(gputui_home: Path,
+                                                                      utc_clock):
+    """The app's second can reach Home while the app closes and Home's lines are already gone
+    (CI saw `NoMatches: '#keeper'` at the end of a test): nothing to tick then, and no
+    error."""
+    app = queue_app(gputui_home)
+    async with app.run_test(size=SIZE) as pilot:
+        await _home_ready(pilot)
+        home = app.screen
+        for line in ("#keeper", "#ended"):
+            await home.query_one(line, Static).remove()
+        for _ in range(20):  # past the 10th second, when the keeper line is looked at
+            home.tick()
+        home.check_keeper()
+        home._show_said()
+        await pilot.pause()
