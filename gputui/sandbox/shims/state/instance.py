@@ -128,24 +128,25 @@ def install_shims(root: Path, *, python: str = sys.executable) -> list[Path]:
             f"exec {shlex.quote(str(python))} {'-S ' if module in SITE_FREE else ''}"
             f'-m {PACKAGE}.{module} "$@"\n'
         )
-        tmp = path.with_name(f".{command}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.chmod(0o755)
-        os.replace(tmp, path)
-        written.append(path)
+        written.append(_write_script(path, text))
     # `awk` reading the machine's CPU cgroup gets the instance's own (see ..cgroup)
     from ..cgroup import machine_cores, real_awk, shim_text, write_cpu_max
 
     awk = real_awk(bin_dir)
     if awk is not None:
         write_cpu_max(state_dir(root), machine_cores())
-        path = bin_dir / "awk"
-        tmp = path.with_name(f".awk.{os.getpid()}.tmp")
-        tmp.write_text(shim_text(root, state_dir(root), awk, ROOT_ENV), encoding="utf-8")
-        tmp.chmod(0o755)
-        os.replace(tmp, path)
-        written.append(path)
+        written.append(_write_script(bin_dir / "awk",
+                                     shim_text(root, state_dir(root), awk, ROOT_ENV)))
     return written
+
+
+def _write_script(path: Path, text: str) -> Path:
+    """An executable bin/ script, replaced whole (each process writes its own temporary)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+    return path
 
 
 def load_instance(root: Path) -> InstanceSpec:
